@@ -1,0 +1,100 @@
+"""The cluster-autoscaler Helm release and the cloud-neutral scale-from-zero node templates.
+
+A provider supplies what is cloud-specific (cloud provider name, region, discovery settings, the
+identity the pod runs with) as plain values; this module adds what every platform shares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.cluster import POOL_LABEL, GpuCluster, GpuPool
+from components.spec import TaintSpec
+
+AUTOSCALER_HELM_REPO = "https://kubernetes.github.io/autoscaler"
+AUTOSCALER_NAMESPACE = "kube-system"
+AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
+SYSTEM_POOL_NAME = "system"
+
+# The autoscaler's minor must match the cluster's (its README); newest patch per minor from
+# kubernetes/autoscaler release tags as of 2026-08 (REFERENCE.md 5.1).
+AUTOSCALER_IMAGE_TAGS = {"1.33": "v1.33.5", "1.34": "v1.34.4", "1.35": "v1.35.2", "1.36": "v1.36.1"}
+
+# Flags every platform gets. GPU jobs often use emptyDir scratch space; with the upstream default (true)
+# such a pod would pin an idle GPU node forever, which is exactly the silent cost scale-to-zero is for.
+COMMON_FLAGS: Mapping[str, Any] = {"skip-nodes-with-local-storage": False, "expander": "least-waste"}
+
+
+@dataclass(frozen=True)
+class NodeTemplate:
+    """What a node of a pool will look like once it exists, for scale-from-zero decisions."""
+
+    labels: Mapping[str, str]
+    taints: tuple[TaintSpec, ...]
+    resources: Mapping[str, str]
+
+
+def node_template(pool: GpuPool) -> NodeTemplate:
+    """The template the autoscaler must assume for a pool that has no node yet."""
+    return NodeTemplate(
+        labels=dict(pool.node_labels),
+        taints=pool.taints,
+        resources={"nvidia.com/gpu": str(pool.gpus_per_node)},
+    )
+
+
+def autoscaler_values(kubernetes_minor: str, cloud_values: Mapping[str, Any]) -> dict[str, Any]:
+    """Helm values for the cluster-autoscaler chart: shared settings, then the provider's."""
+    cloud = dict(cloud_values)
+    extra_args = {**COMMON_FLAGS, **cloud.pop("extraArgs", {})}
+    return {
+        "image": {"tag": AUTOSCALER_IMAGE_TAGS[kubernetes_minor]},
+        "rbac": {"serviceAccount": {"create": True, "name": AUTOSCALER_SERVICE_ACCOUNT}},
+        "nodeSelector": {POOL_LABEL: SYSTEM_POOL_NAME},
+        "extraArgs": extra_args,
+        **cloud,
+    }
+
+
+@dataclass(frozen=True)
+class ClusterAutoscalerArgs:
+    """Inputs of the ClusterAutoscaler component."""
+
+    cluster: GpuCluster
+    chart_version: str
+    cloud_values: Mapping[str, Any]
+    # Cloud identity wiring (e.g. a Pod Identity association) the pod needs before it starts.
+    identity: Sequence[pulumi.Resource] = field(default_factory=tuple)
+
+
+class ClusterAutoscaler(pulumi.ComponentResource):
+    """Scales node groups between their min and max, down to zero for idle GPU pools."""
+
+    release_status: pulumi.Output[Any]
+
+    def __init__(self, name: str, args: ClusterAutoscalerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-k8s:index:ClusterAutoscaler", name, None, opts)
+        cluster = args.cluster
+        release = k8s.helm.v3.Release(
+            f"{name}-release",
+            k8s.helm.v3.ReleaseArgs(
+                name="cluster-autoscaler",
+                chart="cluster-autoscaler",
+                version=args.chart_version,
+                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=AUTOSCALER_HELM_REPO),
+                namespace=AUTOSCALER_NAMESPACE,
+                values=autoscaler_values(".".join(cluster.kubernetes_version.split(".")[:2]), args.cloud_values),
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=cluster.k8s_provider,
+                depends_on=[*cluster.system_ready, *args.identity],
+            ),
+        )
+        self.release_status = release.status
+        self.register_outputs({"releaseStatus": self.release_status})

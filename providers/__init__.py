@@ -1,0 +1,30 @@
+"""One package per cloud. Adding a platform = adding a folder and one line to REGISTRY.
+
+Providers are imported only when their stack is built, so an AWS plan never loads pulumi_gcp.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from components.cluster import GpuCluster
+from components.spec import ClusterSpec, ConfigError, ConfigIssue, config_path
+
+# (cloud, kind) -> "module:function" that builds the whole stack and returns its GpuCluster.
+REGISTRY: dict[tuple[str, str], str] = {
+    ("aws", "eks"): "providers.aws.eks:build",
+}
+
+
+def builder_for(spec: ClusterSpec) -> Callable[[ClusterSpec], GpuCluster]:
+    """The build function for the spec's platform, or a ConfigError naming what is available."""
+    target = REGISTRY.get((spec.cloud, spec.kind))
+    if target is None:
+        built = ", ".join(f"{cloud}/{kind}" for cloud, kind in sorted(REGISTRY))
+        raise ConfigError([ConfigIssue(
+            config_path("kind"), f"{spec.cloud}/{spec.kind}", "this platform is not yet supported",
+            f"use one of the platforms built so far: {built}",
+        )])
+    module_name, function_name = target.split(":")
+    return getattr(importlib.import_module(module_name), function_name)

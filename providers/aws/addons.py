@@ -1,0 +1,75 @@
+"""EKS add-ons (CNI, kube-proxy, CoreDNS, Pod Identity agent, EBS CSI) and the default StorageClass."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from providers.aws.iam import EBS_CSI_POLICIES, pod_identity_trust_policy, role_with_policies
+
+# Add-ons the nodes need to become Ready; node groups wait for them.
+PRE_NODE_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
+EBS_CSI_ADDON = "aws-ebs-csi-driver"
+EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
+DEFAULT_STORAGE_CLASS = "gp3"
+
+
+def default_storage_class_manifest() -> dict:
+    """The default StorageClass: encrypted gp3 EBS volumes created in the zone of the pod that uses them."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": DEFAULT_STORAGE_CLASS,
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+        },
+        "provisioner": "ebs.csi.aws.com",
+        "parameters": {"type": "gp3", "encrypted": "true"},
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowVolumeExpansion": True,
+        "reclaimPolicy": "Delete",
+    }
+
+
+def addon(name: str, addon_name: str, cluster_name: pulumi.Input[str], parent: pulumi.Resource,
+          depends_on: Sequence[pulumi.Resource] = (), **kwargs) -> aws.eks.Addon:
+    """An EKS-managed add-on at the default version for the cluster's Kubernetes version."""
+    return aws.eks.Addon(
+        f"{name}-{addon_name}",
+        cluster_name=cluster_name,
+        addon_name=addon_name,
+        resolve_conflicts_on_create="OVERWRITE",
+        resolve_conflicts_on_update="OVERWRITE",
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
+        **kwargs,
+    )
+
+
+def ebs_csi_driver(name: str, cluster_name: pulumi.Input[str], parent: pulumi.Resource,
+                   depends_on: Sequence[pulumi.Resource]) -> aws.eks.Addon:
+    """The EBS CSI add-on; its controller gets AWS credentials through Pod Identity, not the node role."""
+    role = role_with_policies(f"{name}-ebs-csi", pod_identity_trust_policy(), EBS_CSI_POLICIES, parent=parent)
+    return addon(
+        name, EBS_CSI_ADDON, cluster_name, parent, depends_on,
+        pod_identity_associations=[
+            aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT)
+        ],
+    )
+
+
+def default_storage_class(name: str, provider: k8s.Provider, parent: pulumi.Resource,
+                          depends_on: Sequence[pulumi.Resource]) -> k8s.storage.v1.StorageClass:
+    manifest = default_storage_class_manifest()
+    return k8s.storage.v1.StorageClass(
+        f"{name}-storage-class",
+        metadata=manifest["metadata"],
+        provisioner=manifest["provisioner"],
+        parameters=manifest["parameters"],
+        volume_binding_mode=manifest["volumeBindingMode"],
+        allow_volume_expansion=manifest["allowVolumeExpansion"],
+        reclaim_policy=manifest["reclaimPolicy"],
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(depends_on)),
+    )

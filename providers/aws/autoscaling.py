@@ -1,0 +1,67 @@
+"""The AWS half of the cluster-autoscaler: scale-from-zero ASG tags, chart values and its identity."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+from components.autoscaler import AUTOSCALER_NAMESPACE, AUTOSCALER_SERVICE_ACCOUNT, NodeTemplate
+from providers.aws.iam import cluster_autoscaler_policy, pod_identity_trust_policy, role_with_policies
+
+TEMPLATE_PREFIX = "k8s.io/cluster-autoscaler/node-template"
+
+
+def scale_from_zero_tags(template: NodeTemplate, scale_down_unneeded_time: str) -> dict[str, str]:
+    """ASG tags from which the autoscaler builds a node of an empty group (cloudprovider/aws/README.md).
+
+    EKS does not copy node group labels and taints to the ASG, so a group at zero would otherwise look
+    like a plain CPU node and never be chosen for a GPU pod.
+    """
+    tags = {f"{TEMPLATE_PREFIX}/label/{key}": value for key, value in sorted(template.labels.items())}
+    for taint in template.taints:
+        tags[f"{TEMPLATE_PREFIX}/taint/{taint.key}"] = f"{taint.value}:{taint.effect}"
+    for resource, quantity in sorted(template.resources.items()):
+        tags[f"{TEMPLATE_PREFIX}/resources/{resource}"] = quantity
+    tags[f"{TEMPLATE_PREFIX}/autoscaling-options/scaledownunneededtime"] = _go_duration(scale_down_unneeded_time)
+    return tags
+
+
+def _go_duration(duration: str) -> str:
+    """Normalise "5m" or "1h30m" to the form Go's time.Duration prints ("5m0s")."""
+    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", duration)
+    assert match is not None, "validated by load_spec"
+    hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    hours, rest = divmod(total, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "") + f"{seconds}s"
+
+
+def autoscaler_cloud_values(cluster_name: str, region: str) -> dict[str, Any]:
+    """Chart values for the AWS provider with ASG auto-discovery of this cluster's groups."""
+    return {"cloudProvider": "aws", "awsRegion": region, "autoDiscovery": {"clusterName": cluster_name}}
+
+
+class AutoscalerIdentity(pulumi.ComponentResource):
+    """An IAM role for the autoscaler's service account, delivered through EKS Pod Identity."""
+
+    association: aws.eks.PodIdentityAssociation
+
+    def __init__(self, name: str, cluster_name: pulumi.Input[str], cluster_label: str,
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-k8s:aws:AutoscalerIdentity", name, None, opts)
+        role = role_with_policies(
+            name, pod_identity_trust_policy(), (), parent=self, inline_policy=cluster_autoscaler_policy(cluster_label)
+        )
+        self.association = aws.eks.PodIdentityAssociation(
+            f"{name}-association",
+            cluster_name=cluster_name,
+            namespace=AUTOSCALER_NAMESPACE,
+            service_account=AUTOSCALER_SERVICE_ACCOUNT,
+            role_arn=role.arn,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({"roleArn": role.arn})

@@ -1,0 +1,225 @@
+"""Managed EKS with GPU node groups: `build` is what `pulumi up -s aws-eks` runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
+from components.catalog import Catalog, load_catalog
+from components.cluster import GpuCluster, PlatformTraits, resolve_pools
+from components.gpu_operator import GpuOperator, GpuOperatorArgs
+from components.spec import ClusterSpec, ConfigError, ConfigIssue, config_path, pool_child_name
+from providers.aws import addons
+from providers.aws.autoscaling import AutoscalerIdentity, autoscaler_cloud_values
+from providers.aws.iam import EKS_CLUSTER_POLICIES, EKS_NODE_POLICIES, role_with_policies, service_trust_policy
+from providers.aws.network import Network
+from providers.aws.nodes import (
+    AL2023_NVIDIA_DRIVER_BRANCH,
+    AL2023_NVIDIA_FAMILIES,
+    GpuNodePool,
+    NodeGroupContext,
+    system_node_group,
+)
+
+CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+LOG_RETENTION_DAYS = 90
+
+EKS_TRAITS = PlatformTraits(
+    driver_owner="node-image",
+    driver_branch=AL2023_NVIDIA_DRIVER_BRANCH,
+    toolkit_preinstalled=True,
+    accelerator_label="k8s.amazonaws.com/accelerator",
+)
+
+
+def eks_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
+    """What the generic validation cannot know: which GPU types the EKS NVIDIA AMIs cover."""
+    for index, pool in enumerate(spec.gpu_pools):
+        machine = catalog.machine_type("aws", pool.instance_type)
+        assert machine is not None, "validated by load_spec"
+        family = pool.instance_type.split(".")[0]
+        if family not in AL2023_NVIDIA_FAMILIES[machine.arch]:
+            covered = ", ".join(sorted(AL2023_NVIDIA_FAMILIES[machine.arch]))
+            yield ConfigIssue(
+                config_path("gpuPools", index, "instanceType"), pool.instance_type,
+                f"the EKS AL2023 NVIDIA AMI (driver {AL2023_NVIDIA_DRIVER_BRANCH}) does not cover the {family} family",
+                f"use one of the covered families: {covered}",
+            )
+
+
+def render_kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
+    """A kubeconfig that authenticates with `aws eks get-token`, so it never holds a credential itself."""
+    return json.dumps({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster_name, "cluster": {"server": endpoint, "certificate-authority-data": ca_data}}],
+        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
+        "current-context": cluster_name,
+        "users": [{
+            "name": cluster_name,
+            "user": {"exec": {
+                "apiVersion": "client.authentication.k8s.io/v1beta1",
+                "command": "aws",
+                "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region, "--output", "json"],
+            }},
+        }],
+    }, indent=2)
+
+
+@dataclass(frozen=True)
+class EksClusterArgs:
+    spec: ClusterSpec
+    region: str
+    catalog: Catalog
+
+
+class EksCluster(pulumi.ComponentResource):
+    """An EKS control plane, its network, the system and GPU node groups, add-ons and default storage."""
+
+    handle: GpuCluster
+    autoscaler_identity: AutoscalerIdentity
+
+    def __init__(self, name: str, args: EksClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-k8s:aws:EksCluster", name, None, opts)
+        spec, child = args.spec, pulumi.ResourceOptions(parent=self)
+        network = Network(f"{name}-network", spec.name, spec.network, opts=child)
+
+        secrets_key = aws.kms.Key(
+            f"{name}-secrets-key",
+            description=f"Envelope encryption of Kubernetes secrets in EKS cluster {spec.name}",
+            enable_key_rotation=True,
+            opts=child,
+        )
+        # Created first so Pulumi owns the retention instead of EKS creating a never-expiring group.
+        log_group = aws.cloudwatch.LogGroup(
+            f"{name}-control-plane-logs",
+            name=f"/aws/eks/{spec.name}/cluster",
+            retention_in_days=LOG_RETENTION_DAYS,
+            opts=child,
+        )
+        cluster_role = role_with_policies(
+            f"{name}-cluster", service_trust_policy("eks.amazonaws.com"), EKS_CLUSTER_POLICIES, parent=self
+        )
+        cluster = aws.eks.Cluster(
+            f"{name}-eks",
+            name=spec.name,
+            version=spec.kubernetes_version,
+            role_arn=cluster_role.arn,
+            vpc_config=aws.eks.ClusterVpcConfigArgs(
+                subnet_ids=network.private_subnet_ids,
+                endpoint_private_access=True,
+                endpoint_public_access=True,
+                public_access_cidrs=list(spec.api_access_cidrs),
+            ),
+            access_config=aws.eks.ClusterAccessConfigArgs(
+                authentication_mode="API",
+                # The deployer gets an explicit, reviewable access entry below instead.
+                bootstrap_cluster_creator_admin_permissions=False,
+            ),
+            # CNI, kube-proxy and CoreDNS come back as managed add-ons, so upgrades are Pulumi's.
+            bootstrap_self_managed_addons=False,
+            encryption_config=aws.eks.ClusterEncryptionConfigArgs(
+                provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=secrets_key.arn),
+                resources=["secrets"],
+            ),
+            enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group]),
+        )
+        admin_access = self._deployer_admin_access(name, cluster.name)
+
+        pre_node_addons = [addons.addon(name, a, cluster.name, self) for a in addons.PRE_NODE_ADDONS]
+        node_role = role_with_policies(
+            f"{name}-node", service_trust_policy("ec2.amazonaws.com"), EKS_NODE_POLICIES, parent=self
+        )
+        ctx = NodeGroupContext(
+            cluster_name=cluster.name,
+            kubernetes_version=spec.kubernetes_version,
+            node_role_arn=node_role.arn,
+            subnet_ids=network.private_subnet_ids,
+            depends_on=pre_node_addons,
+        )
+        system_nodes = system_node_group(f"{name}-system", spec.system_pool, ctx, parent=self)
+        coredns = addons.addon(name, "coredns", cluster.name, self, depends_on=[system_nodes])
+        ebs_csi = addons.ebs_csi_driver(name, cluster.name, self, depends_on=[system_nodes, *pre_node_addons])
+
+        pools = resolve_pools(spec, args.catalog, EKS_TRAITS.accelerator_label)
+        for pool in pools:
+            GpuNodePool(pool_child_name(name, pool.spec.name), pool, ctx, opts=child)
+
+        kubeconfig = pulumi.Output.secret(pulumi.Output.all(cluster.name, cluster.endpoint,
+                                                            cluster.certificate_authority.data).apply(
+            lambda parts: render_kubeconfig(parts[0], parts[1], parts[2], args.region)))
+        k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig, opts=child)
+        system_ready = [system_nodes, coredns, admin_access]
+        addons.default_storage_class(name, k8s_provider, self, depends_on=[ebs_csi, *system_ready])
+        self.autoscaler_identity = AutoscalerIdentity(f"{name}-autoscaler-identity", cluster.name, spec.name, opts=child)
+
+        self.handle = GpuCluster(
+            name=spec.name,
+            kubernetes_version=spec.kubernetes_version,
+            kubeconfig=kubeconfig,
+            k8s_provider=k8s_provider,
+            pools=pools,
+            traits=EKS_TRAITS,
+            system_ready=system_ready,
+        )
+        self.register_outputs({"clusterName": cluster.name, "endpoint": cluster.endpoint, "kubeconfig": kubeconfig})
+
+    def _deployer_admin_access(self, name: str, cluster_name: pulumi.Output[str]) -> aws.eks.AccessPolicyAssociation:
+        """Cluster-admin for whoever runs `pulumi up`: the IAM role behind an assumed-role session."""
+        invoke = pulumi.InvokeOutputOptions(parent=self)
+        caller = aws.get_caller_identity_output(opts=invoke)
+        principal = aws.iam.get_session_context_output(arn=caller.arn, opts=invoke).issuer_arn
+        entry = aws.eks.AccessEntry(
+            f"{name}-deployer-access", cluster_name=cluster_name, principal_arn=principal, type="STANDARD",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return aws.eks.AccessPolicyAssociation(
+            f"{name}-deployer-admin",
+            cluster_name=cluster_name,
+            principal_arn=entry.principal_arn,
+            policy_arn=CLUSTER_ADMIN_POLICY,
+            access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+
+def _region() -> str:
+    region = pulumi.Config("aws").get("region")
+    if not region:
+        raise ConfigError([ConfigIssue("aws:region", None, "is not set",
+                                       "pulumi config set aws:region us-east-1 (or set it in the stack file)")])
+    return region
+
+
+def build(spec: ClusterSpec) -> GpuCluster:
+    """Everything `pulumi up -s aws-eks` creates; validation runs before the first resource."""
+    catalog = load_catalog()
+    region = _region()
+    issues = list(eks_issues(spec, catalog))
+    if issues:
+        raise ConfigError(issues)
+    provider = aws.Provider(
+        f"{spec.name}-aws", region=region,
+        default_tags=aws.ProviderDefaultTagsArgs(tags={"gpu-k8s.io/cluster": spec.name}),
+    )
+    eks = EksCluster(spec.name, EksClusterArgs(spec, region, catalog), opts=pulumi.ResourceOptions(providers=[provider]))
+    cluster = eks.handle
+    GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator))
+    ClusterAutoscaler(
+        f"{spec.name}-autoscaler",
+        ClusterAutoscalerArgs(
+            cluster=cluster,
+            chart_version=spec.addon_versions.cluster_autoscaler,
+            cloud_values=autoscaler_cloud_values(spec.name, region),
+            identity=[eks.autoscaler_identity.association],
+        ),
+    )
+    return cluster

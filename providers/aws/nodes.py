@@ -1,0 +1,169 @@
+"""EKS managed node groups: the on-demand system pool and one autoscaled group per GPU pool."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from components.autoscaler import SYSTEM_POOL_NAME, node_template
+from components.catalog import MachineType
+from components.cluster import POOL_LABEL, GpuPool
+from components.spec import SystemPoolSpec, TaintSpec
+from providers.aws.autoscaling import scale_from_zero_tags
+
+# Families the EKS-optimized AL2023 NVIDIA AMIs cover (EKS user guide, ml-eks-optimized-ami; REFERENCE 3.1).
+# g7 is missing on purpose: it needs driver >= 595 and the AMIs ship the 580 branch.
+AL2023_NVIDIA_FAMILIES = {
+    "x86_64": {"p6-b300", "p6-b200", "p5", "p5e", "p5en", "p4d", "p4de", "p3", "p3dn", "g7e", "gr6", "g6",
+               "g6e", "g6f", "gr6f", "g5", "g4dn"},
+    "arm64": {"p6e-gb200", "p6e-gb300", "g5g"},
+}
+# Driver branch of the EKS accelerated AMIs ("currently include NVIDIA driver version 580", EKS MIG guide).
+AL2023_NVIDIA_DRIVER_BRANCH = "580"
+ROOT_DEVICE = "/dev/xvda"
+# EC2 naming: Graviton families carry a "g" right after the generation digit (m7g, c8gd, r7gn).
+_GRAVITON_FAMILY = re.compile(r"^[a-z]+\d+g[a-z]*\.")
+
+TAINT_EFFECTS = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
+
+
+def gpu_ami_type(machine: MachineType) -> str:
+    """The EKS AMI type for a GPU instance type: AL2023 with the NVIDIA driver and container toolkit."""
+    return {"x86_64": "AL2023_x86_64_NVIDIA", "arm64": "AL2023_ARM_64_NVIDIA"}[machine.arch]
+
+
+def system_ami_type(instance_type: str) -> str:
+    return "AL2023_ARM_64_STANDARD" if _GRAVITON_FAMILY.match(instance_type) else "AL2023_x86_64_STANDARD"
+
+
+def eks_taints(taints: Sequence[TaintSpec]) -> list[aws.eks.NodeGroupTaintArgs]:
+    return [aws.eks.NodeGroupTaintArgs(key=t.key, value=t.value or None, effect=TAINT_EFFECTS[t.effect]) for t in taints]
+
+
+def node_group_options(parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource]) -> pulumi.ResourceOptions:
+    """The autoscaler owns the node count: Pulumi must never reset it to the value in the program."""
+    return pulumi.ResourceOptions(
+        parent=parent, depends_on=list(depends_on), ignore_changes=["scalingConfig.desiredSize"]
+    )
+
+
+def _launch_template(name: str, disk_size_gib: int, parent: pulumi.Resource) -> aws.ec2.LaunchTemplate:
+    return aws.ec2.LaunchTemplate(
+        f"{name}-lt",
+        block_device_mappings=[
+            aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name=ROOT_DEVICE,
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=disk_size_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"
+                ),
+            )
+        ],
+        # IMDSv2 only. Hop limit 2 (what EKS's own node group template uses) so pods that need instance
+        # metadata, such as the EBS CSI node plugin, still reach it through the container network hop.
+        metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+            http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
+        ),
+        update_default_version=True,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
+@dataclass(frozen=True)
+class NodeGroupContext:
+    """What every node group of a cluster shares."""
+
+    cluster_name: pulumi.Input[str]
+    kubernetes_version: str
+    node_role_arn: pulumi.Input[str]
+    subnet_ids: Sequence[pulumi.Input[str]]
+    # Add-ons nodes need to become Ready (the CNI) must exist before the group.
+    depends_on: Sequence[pulumi.Resource]
+
+
+def system_node_group(name: str, spec: SystemPoolSpec, ctx: NodeGroupContext,
+                      parent: pulumi.Resource) -> aws.eks.NodeGroup:
+    """On-demand CPU nodes with a fixed size for CoreDNS, the operator and the autoscaler."""
+    template = _launch_template(name, spec.disk_size_gib, parent)
+    return aws.eks.NodeGroup(
+        name,
+        cluster_name=ctx.cluster_name,
+        version=ctx.kubernetes_version,
+        node_role_arn=ctx.node_role_arn,
+        subnet_ids=list(ctx.subnet_ids),
+        instance_types=[spec.instance_type],
+        ami_type=system_ami_type(spec.instance_type),
+        capacity_type="ON_DEMAND",
+        scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+            min_size=spec.nodes, max_size=spec.nodes, desired_size=spec.nodes
+        ),
+        launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str)),
+        labels={POOL_LABEL: SYSTEM_POOL_NAME},
+        update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(ctx.depends_on)),
+    )
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    """A managed node group of GPU nodes that starts empty and scales to zero when idle."""
+
+    node_group: aws.eks.NodeGroup
+    autoscaling_group_name: pulumi.Output[str]
+
+    def __init__(self, name: str, pool: GpuPool, ctx: NodeGroupContext, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-k8s:aws:GpuNodePool", name, None, opts)
+        spec = pool.spec
+        template = _launch_template(name, spec.disk_size_gib, self)
+        self.node_group = aws.eks.NodeGroup(
+            f"{name}-ng",
+            cluster_name=ctx.cluster_name,
+            node_group_name=name,
+            version=ctx.kubernetes_version,
+            node_role_arn=ctx.node_role_arn,
+            subnet_ids=list(ctx.subnet_ids),
+            instance_types=[spec.instance_type],
+            ami_type=gpu_ami_type(pool.machine),
+            capacity_type="SPOT" if spec.spot else "ON_DEMAND",
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=spec.min_nodes, max_size=spec.max_nodes, desired_size=spec.min_nodes
+            ),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=template.id, version=template.latest_version.apply(str)
+            ),
+            labels=pool.node_labels,
+            taints=eks_taints(pool.taints),
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            opts=node_group_options(self, ctx.depends_on),
+        )
+        self.autoscaling_group_name = self.node_group.resources.apply(
+            lambda resources: resources[0].autoscaling_groups[0].name
+        )
+        tags = scale_from_zero_tags(node_template(pool), spec.scale_down_unneeded_time)
+        for key, suffix in tag_resource_suffixes(tags).items():
+            aws.autoscaling.Tag(
+                f"{name}-tag-{suffix}",
+                autoscaling_group_name=self.autoscaling_group_name,
+                tag=aws.autoscaling.TagTagArgs(key=key, value=tags[key], propagate_at_launch=False),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self.register_outputs({"nodeGroupName": self.node_group.node_group_name,
+                               "autoscalingGroupName": self.autoscaling_group_name})
+
+
+def tag_resource_suffixes(tags: dict[str, str]) -> dict[str, str]:
+    """A readable, stable and unique resource-name suffix for each template tag key.
+
+    Keys that differ only in punctuation would read alike ("a.b" and "a-b"); those get a short hash.
+    """
+    suffixes: dict[str, str] = {}
+    for key in sorted(tags):
+        kind, _, rest = key.removeprefix("k8s.io/cluster-autoscaler/node-template/").partition("/")
+        readable = f"{kind}-{re.sub(r'[^a-z0-9]+', '-', rest.lower()).strip('-')}"
+        if readable in suffixes.values():
+            readable += "-" + hashlib.sha256(key.encode()).hexdigest()[:8]
+        suffixes[key] = readable
+    return suffixes
