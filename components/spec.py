@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
@@ -145,8 +146,11 @@ class ConfigIssue:
         return f"{self.path}: {self.value!r} - {self.problem}. Fix: {self.fix}"
 
 
-class ConfigError(Exception):
-    """Every problem found in the stack config; raised before any resource is registered."""
+class ConfigError(pulumi.RunError):
+    """Every problem found in the stack config; raised before any resource is registered.
+
+    A RunError, so the Pulumi CLI prints the message alone instead of a Python traceback.
+    """
 
     def __init__(self, issues: Iterable[ConfigIssue]):
         self.issues = tuple(issues)

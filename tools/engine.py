@@ -1,0 +1,234 @@
+"""A recording mock engine: runs the real stack program in-process and keeps the resource graph.
+
+Pulumi's `MockMonitor` answers registrations; this subclass also records what the engine would see for
+each one (type, name, parent, inputs, dependencies, provider, options such as ignoreChanges) and the
+stack outputs. `RealisticMocks` returns outputs shaped like the clouds' (ARNs, endpoints, ASG names),
+derived from resource names so every run produces the same plan. The plan tool and the tests share it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import runpy
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc
+from pulumi.runtime.stack import run_in_stack
+from pulumi.runtime.sync_await import _sync_await
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_NAME = "gpu-k8s"
+ACCOUNT = "123456789012"
+STACK_TYPE = "pulumi:pulumi:Stack"
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A value the program marked secret; the plan prints it as [secret]."""
+
+    value: Any
+
+
+def _unwrap_secrets(value: Any) -> Any:
+    if rpc.is_rpc_secret(value):
+        return Secret(_unwrap_secrets(rpc.unwrap_rpc_secret(value)))
+    if isinstance(value, dict):
+        return {k: _unwrap_secrets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwrap_secrets(v) for v in value]
+    return value
+
+
+@dataclass
+class Registration:
+    """One resource as the engine would receive it."""
+
+    urn: str
+    type: str
+    name: str
+    parent: str
+    custom: bool
+    inputs: dict[str, Any]
+    dependencies: list[str]
+    provider: str
+    options: dict[str, Any]
+
+    @property
+    def provider_urn(self) -> str:
+        """The provider reference without its id (`urn::id` on the wire)."""
+        return self.provider.rsplit("::", 1)[0] if self.provider else ""
+
+
+@dataclass
+class Recording:
+    """Everything one program run registered."""
+
+    stack: str
+    registrations: list[Registration] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def by_type(self, type_: str) -> list[Registration]:
+        return [r for r in self.registrations if r.type == type_]
+
+    def by_name(self, name: str) -> Registration:
+        matches = [r for r in self.registrations if r.name == name]
+        if len(matches) != 1:
+            raise KeyError(f"{len(matches)} resources named {name!r}")
+        return matches[0]
+
+    def by_urn(self, urn: str) -> Registration:
+        return next(r for r in self.registrations if r.urn == urn)
+
+
+def _fake_hex(seed: str, length: int) -> str:
+    return hashlib.sha256(seed.encode()).hexdigest()[:length]
+
+
+class RealisticMocks(pulumi_mocks.Mocks):
+    """Outputs shaped like the real providers', computed from names so plans are reproducible."""
+
+    def __init__(self, region: str = "us-east-1"):
+        self.region = region
+
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
+        outputs = dict(args.inputs)
+        name, token = args.name, args.typ
+        arn = f"arn:aws:{token.split(':')[1].split('/')[0]}:{self.region}:{ACCOUNT}:{name}"
+        id_ = f"{name}-{_fake_hex(name, 8)}"
+        if token == "aws:iam/role:Role":
+            id_ = outputs["name"] = f"{name}-{_fake_hex(name, 7)}"
+            arn = f"arn:aws:iam::{ACCOUNT}:role/{id_}"
+        elif token == "aws:eks/cluster:Cluster":
+            id_ = args.inputs["name"]
+            outputs["endpoint"] = f"https://{_fake_hex(name, 32).upper()}.gr7.{self.region}.eks.amazonaws.com"
+            outputs["certificateAuthority"] = {"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="}
+        elif token == "aws:eks/nodeGroup:NodeGroup":
+            group = args.inputs.get("nodeGroupName") or f"{name}-{_fake_hex(name, 6)}"
+            outputs["nodeGroupName"] = group
+            outputs["resources"] = [{"autoscalingGroups": [{"name": f"eks-{group}-{_fake_hex(group, 8)}"}]}]
+        elif token == "aws:ec2/launchTemplate:LaunchTemplate":
+            id_ = f"lt-{_fake_hex(name, 17)}"
+            outputs["latestVersion"] = 1
+        elif token.startswith("aws:ec2/"):
+            prefix = {"Vpc": "vpc", "Subnet": "subnet", "InternetGateway": "igw", "NatGateway": "nat",
+                      "Eip": "eipalloc", "RouteTable": "rtb"}.get(token.rsplit(":", 1)[1], "res")
+            id_ = f"{prefix}-{_fake_hex(name, 17)}"
+        elif token == "kubernetes:helm.sh/v3:Release":
+            outputs["status"] = {"status": "deployed", "version": args.inputs.get("version")}
+        outputs.setdefault("arn", arn)
+        return id_, outputs
+
+    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list | None]:
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": ACCOUNT, "arn": f"arn:aws:sts::{ACCOUNT}:assumed-role/deployer/ci-session",
+                    "userId": "AROAEXAMPLE:ci-session", "id": ACCOUNT}, []
+        if args.token == "aws:iam/getSessionContext:getSessionContext":
+            return {"arn": args.args["arn"], "issuerArn": f"arn:aws:iam::{ACCOUNT}:role/deployer",
+                    "issuerId": "AROAEXAMPLE", "issuerName": "deployer", "sessionName": "ci-session"}, []
+        if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            letters = "abcdef"
+            return {"names": [f"{self.region}{c}" for c in letters],
+                    "zoneIds": [f"use1-az{i}" for i in range(1, 7)], "id": self.region}, []
+        raise NotImplementedError(f"no mock for invoke {args.token}; add one to tools/engine.py")
+
+
+class DefaultProviderError(Exception):
+    """A custom resource fell back to a default provider although the project disables them."""
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """A MockMonitor that keeps every registration and the stack outputs."""
+
+    def __init__(self, mocks: pulumi_mocks.Mocks, recording: Recording, deny_default_providers: bool):
+        super().__init__(mocks)
+        self.recording = recording
+        self.deny_default_providers = deny_default_providers
+
+    def RegisterResource(self, request):  # noqa: N802 - gRPC method name
+        is_provider = request.type.startswith("pulumi:providers:")
+        if request.custom and not is_provider and not request.provider and self.deny_default_providers:
+            raise DefaultProviderError(
+                f"{request.type} {request.name!r} has no explicit provider and default providers are disabled"
+            )
+        response = super().RegisterResource(request)
+        if request.type == STACK_TYPE:
+            return response
+        options = {
+            "ignoreChanges": list(request.ignoreChanges),
+            "protect": request.protect,
+            "deleteBeforeReplace": request.deleteBeforeReplace,
+            "replaceOnChanges": list(request.replaceOnChanges),
+            "retainOnDelete": request.retainOnDelete,
+            "additionalSecretOutputs": list(request.additionalSecretOutputs),
+            "aliases": [str(a) for a in request.aliasURNs],
+        }
+        self.recording.registrations.append(Registration(
+            urn=response.urn,
+            type=request.type,
+            name=request.name,
+            parent=request.parent,
+            custom=request.custom,
+            inputs=_unwrap_secrets(rpc.deserialize_properties(request.object)),
+            dependencies=sorted(set(request.dependencies)),
+            provider=request.provider,
+            options={k: v for k, v in options.items() if v},
+        ))
+        return response
+
+    def RegisterResourceOutputs(self, request):  # noqa: N802 - gRPC method name
+        if f"::{STACK_TYPE}::" in request.urn:
+            self.recording.outputs = _unwrap_secrets(rpc.deserialize_properties(request.outputs))
+        return super().RegisterResourceOutputs(request)
+
+
+def stack_config(stack_file: Path) -> dict[str, Any]:
+    """Project-level defaults from Pulumi.yaml overlaid with the stack file's `config:`, as the CLI does."""
+    import yaml
+
+    project = yaml.safe_load((PROJECT_ROOT / "Pulumi.yaml").read_text())
+    merged: dict[str, Any] = {}
+    for key, declaration in (project.get("config") or {}).items():
+        if isinstance(declaration, dict) and "value" in declaration:
+            merged[key] = declaration["value"]
+        elif isinstance(declaration, dict) and "default" in declaration:
+            merged[key] = declaration["default"]
+    merged.update((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {})
+    return merged
+
+
+def run_program(
+    stack: str,
+    config: Mapping[str, Any],
+    program: Callable[[], None] | None = None,
+    mocks: pulumi_mocks.Mocks | None = None,
+) -> Recording:
+    """Run the stack program (default: the project's __main__.py) under mocks and return what it registered.
+
+    Exceptions from the program (a ConfigError, say) propagate unchanged.
+    """
+    recording = Recording(stack=stack)
+    region = str(config.get("aws:region", "us-east-1"))
+    mocks = mocks or RealisticMocks(region=region)
+    deny = "*" in (config.get("pulumi:disable-default-providers") or [])
+    monitor = RecordingMonitor(mocks, recording, deny_default_providers=deny)
+    pulumi.runtime.set_mocks(mocks, project=PROJECT_NAME, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config(
+        {key: value if isinstance(value, str) else json.dumps(value) for key, value in config.items()}
+    )
+    if program is None:
+        main = PROJECT_ROOT / "__main__.py"
+        if str(PROJECT_ROOT) not in sys.path:
+            sys.path.insert(0, str(PROJECT_ROOT))
+        program = lambda: runpy.run_path(str(main), run_name="__main__")  # noqa: E731
+    # set_mocks made a finished root Stack; the CLI runs the program inside a fresh one whose outputs
+    # are the exports, so replace it.
+    pulumi.runtime.settings.ROOT.set(None)
+    _sync_await(run_in_stack(program))
+    return recording
