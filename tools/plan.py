@@ -1,0 +1,164 @@
+"""The offline plan: what `pulumi up` would create for a stack, without credentials or the Pulumi CLI.
+
+    python -m tools.plan aws-eks            # resource tree, dependency edges, summary
+    python -m tools.plan aws-eks --json     # one JSON document (format: README.md "The offline plan")
+    python -m tools.plan path/to/Pulumi.x.yaml
+
+Exit codes: 0 plan printed; 2 invalid stack config (the problems on stderr, nothing on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from components.spec import ConfigError
+from tools.engine import PROJECT_ROOT, Recording, Registration, Secret, run_program, stack_config
+
+SECRET_MARK = "[secret]"
+
+# Inputs worth a glance in the tree, per resource type; the JSON form has them all.
+KEY_INPUTS: dict[str, tuple[str, ...]] = {
+    "pulumi:providers:aws": ("region",),
+    "aws:ec2/vpc:Vpc": ("cidrBlock",),
+    "aws:ec2/subnet:Subnet": ("cidrBlock", "availabilityZone", "mapPublicIpOnLaunch"),
+    "aws:eks/cluster:Cluster": ("name", "version", "enabledClusterLogTypes"),
+    "aws:eks/nodeGroup:NodeGroup": ("instanceTypes", "amiType", "capacityType", "scalingConfig", "taints"),
+    "aws:ec2/launchTemplate:LaunchTemplate": ("blockDeviceMappings", "metadataOptions"),
+    "aws:eks/addon:Addon": ("addonName",),
+    "aws:autoscaling/tag:Tag": ("tag",),
+    "aws:kms/key:Key": ("enableKeyRotation",),
+    "aws:eks/accessPolicyAssociation:AccessPolicyAssociation": ("policyArn",),
+    "aws:eks/podIdentityAssociation:PodIdentityAssociation": ("namespace", "serviceAccount"),
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment": ("policyArn",),
+    "kubernetes:helm.sh/v3:Release": ("chart", "version", "namespace"),
+    "kubernetes:core/v1:Namespace": ("metadata",),
+    "kubernetes:storage.k8s.io/v1:StorageClass": ("provisioner", "parameters", "volumeBindingMode"),
+}
+
+
+def redact(value: Any) -> Any:
+    """Secrets become [secret]; whole-number floats (the wire format of ints) become ints."""
+    if isinstance(value, Secret):
+        return SECRET_MARK
+    if isinstance(value, dict):
+        return {k: redact(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def plan_document(recording: Recording) -> dict[str, Any]:
+    """The JSON plan: resources sorted by URN so diffs show real changes only."""
+    resources = [
+        {
+            "urn": r.urn,
+            "type": r.type,
+            "name": r.name,
+            "parent": r.parent,
+            "inputs": redact(r.inputs),
+            "dependencies": r.dependencies,
+            "options": {**({"provider": r.provider_urn} if r.provider else {}), **redact(r.options)},
+        }
+        for r in sorted(recording.registrations, key=lambda r: r.urn)
+    ]
+    return {"stack": recording.stack, "resources": resources, "outputs": redact(recording.outputs)}
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(redact(value), separators=(",", ":"), sort_keys=True)
+
+
+def _line(resource: Registration) -> str:
+    shown = [f"{key}={_compact(resource.inputs[key])}" for key in KEY_INPUTS.get(resource.type, ())
+             if key in resource.inputs]
+    flags = [f"ignoreChanges={','.join(resource.options['ignoreChanges'])}"] if "ignoreChanges" in resource.options else []
+    return "  ".join([resource.type, resource.name, *shown, *flags])
+
+
+def render_text(recording: Recording) -> str:
+    """Tree of resources by parent, dependency edges, then a summary of counts and GPU pools."""
+    by_urn = {r.urn: r for r in recording.registrations}
+    children: dict[str, list[Registration]] = defaultdict(list)
+    for r in recording.registrations:
+        children[r.parent if r.parent in by_urn else ""].append(r)
+    lines = [f"Offline plan of stack {recording.stack}: {len(recording.registrations)} resources", ""]
+
+    def walk(parent: str, prefix: str) -> None:
+        kids = sorted(children.get(parent, []), key=lambda r: (r.name, r.type))
+        for index, resource in enumerate(kids):
+            last = index == len(kids) - 1
+            lines.append(f"{prefix}{'└─ ' if last else '├─ '}{_line(resource)}")
+            walk(resource.urn, prefix + ("   " if last else "│  "))
+
+    walk("", "")
+    lines += ["", "Dependencies (resource -> what it waits for, besides its parent):"]
+    for r in sorted(recording.registrations, key=lambda r: r.name):
+        deps = sorted(by_urn[d].name for d in r.dependencies if d in by_urn and d != r.parent)
+        if deps:
+            lines.append(f"  {r.name} -> {', '.join(deps)}")
+    lines += ["", "Summary:"]
+    for type_, count in sorted(Counter(r.type for r in recording.registrations).items()):
+        lines.append(f"  {count:4d}  {type_}")
+    pools = redact(recording.outputs.get("gpuPools", []))
+    if pools:
+        lines += ["", "GPU pools:", f"  {'name':<14}{'instance type':<18}{'GPU model':<22}{'GPUs/node':>10}"
+                  f"{'min':>6}{'max':>6}  capacity"]
+        for pool in pools:
+            lines.append(f"  {pool['name']:<14}{pool['instanceType']:<18}{pool['gpuModel']:<22}"
+                         f"{pool['gpusPerNode']:>10}{pool['minNodes']:>6}{pool['maxNodes']:>6}  "
+                         f"{'spot' if pool['spot'] else 'on-demand'}")
+    lines += ["", "Outputs:"]
+    for key, value in sorted(redact(recording.outputs).items()):
+        lines.append(f"  {key}: {_compact(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def stack_file(stack: str) -> Path:
+    """`aws-eks` -> stacks/Pulumi.aws-eks.yaml; anything that looks like a path is taken as one."""
+    candidate = Path(stack)
+    if candidate.suffix in {".yaml", ".yml"}:
+        return candidate
+    return PROJECT_ROOT / "stacks" / f"Pulumi.{stack}.yaml"
+
+
+def stack_name(path: Path) -> str:
+    return path.name.removeprefix("Pulumi.").rsplit(".", 1)[0]
+
+
+def plan(stack: str) -> Recording:
+    path = stack_file(stack)
+    if not path.is_file():
+        raise FileNotFoundError(f"no stack file {path}; stacks: "
+                                + ", ".join(stack_name(p) for p in sorted((PROJECT_ROOT / "stacks").glob("Pulumi.*.yaml"))))
+    return run_program(stack_name(path), stack_config(path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.plan", description=__doc__.split("\n")[0])
+    parser.add_argument("stack", help="stack name (aws-eks) or path to a stack file")
+    parser.add_argument("--json", action="store_true", help="print the plan as one JSON document")
+    args = parser.parse_args(argv)
+    try:
+        recording = plan(args.stack)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.json:
+        sys.stdout.write(json.dumps(plan_document(recording), indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(render_text(recording))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Upstream contract data (Helm chart values, CRDs, schemas) at pinned commits, verified by sha256.
+
+    python -m tools.upstream fetch     # download what is missing into the cache, verify every file
+    python -m tools.upstream verify    # verify only; exit 1 on a missing or altered file
+
+Files are read from $GPU_K8S_UPSTREAM when set (CI points it at a checked-in copy), else from
+$XDG_CACHE_HOME/gpu-k8s/upstream (default ~/.cache/gpu-k8s/upstream). `upstream/manifest.json` lists
+each file's path, its URL at the pinned upstream commit and its sha256.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.engine import PROJECT_ROOT
+
+MANIFEST = PROJECT_ROOT / "upstream" / "manifest.json"
+FETCH_HINT = "run `python -m tools.upstream fetch` (needs network once), or set GPU_K8S_UPSTREAM"
+
+
+@dataclass(frozen=True)
+class UpstreamFile:
+    path: str
+    url: str
+    sha256: str
+
+
+def manifest() -> list[UpstreamFile]:
+    return [UpstreamFile(**entry) for entry in json.loads(MANIFEST.read_text())["files"]]
+
+
+def upstream_dir() -> Path:
+    if os.environ.get("GPU_K8S_UPSTREAM"):
+        return Path(os.environ["GPU_K8S_UPSTREAM"])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "gpu-k8s" / "upstream"
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class UpstreamMissing(Exception):
+    """A contract file is absent or differs from the pinned one."""
+
+
+def locate(relative_path: str, root: Path | None = None) -> Path:
+    """The verified local copy of a manifest file; UpstreamMissing says why it cannot be used."""
+    entry = next((f for f in manifest() if f.path == relative_path), None)
+    if entry is None:
+        raise KeyError(f"{relative_path} is not in {MANIFEST}")
+    path = (root or upstream_dir()) / relative_path
+    if not path.is_file():
+        raise UpstreamMissing(f"contract file {path} is missing; {FETCH_HINT}")
+    if sha256_of(path) != entry.sha256:
+        raise UpstreamMissing(f"contract file {path} does not match its pinned sha256; {FETCH_HINT}")
+    return path
+
+
+def _download(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 - https URLs from the manifest
+        return response.read()
+
+
+def fetch(root: Path, download: Callable[[str], bytes] = _download) -> list[str]:
+    """Download every missing or altered file into `root`; returns the paths fetched.
+
+    A download whose sha256 differs from the manifest is rejected and nothing is written for it.
+    """
+    fetched = []
+    for entry in manifest():
+        target = root / entry.path
+        if target.is_file() and sha256_of(target) == entry.sha256:
+            continue
+        body = download(entry.url)
+        digest = hashlib.sha256(body).hexdigest()
+        if digest != entry.sha256:
+            raise UpstreamMissing(f"{entry.url} has sha256 {digest}, expected {entry.sha256}; not written")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(body)
+        fetched.append(entry.path)
+    return fetched
+
+
+def verify(root: Path) -> list[str]:
+    """Problems with the local copy, one line per file; empty when everything matches."""
+    problems = []
+    for entry in manifest():
+        try:
+            locate(entry.path, root)
+        except UpstreamMissing as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.upstream", description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=["fetch", "verify"])
+    args = parser.parse_args(argv)
+    root = upstream_dir()
+    if args.command == "fetch":
+        fetched = fetch(root)
+        print(f"fetched {len(fetched)} file(s) into {root}")
+    problems = verify(root)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if not problems:
+        print(f"all {len(manifest())} contract files in {root} match upstream/manifest.json")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
