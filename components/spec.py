@@ -212,9 +212,11 @@ def _structural_issue(error: Mapping[str, Any]) -> ConfigIssue:
     return ConfigIssue(path, error.get("input"), problem, "see stacks/README.md for the allowed values")
 
 
-def _cidr_issue(path: str, value: str, *, strict: bool = True) -> ConfigIssue | None:
+def _cidr_issue(path: str, value: str) -> ConfigIssue | None:
+    if "/" not in value:
+        return ConfigIssue(path, value, "has no prefix length", "write it as a CIDR, e.g. 203.0.113.7/32")
     try:
-        ipaddress.IPv4Network(value, strict=strict)
+        ipaddress.IPv4Network(value)
     except ValueError as exc:
         return ConfigIssue(path, value, f"not a valid IPv4 CIDR ({exc})", "write it as a.b.c.d/nn")
     return None

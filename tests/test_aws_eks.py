@@ -1,0 +1,252 @@
+"""Graph tests of the aws-eks stack: what `pulumi up` would register, with inputs, parents and options."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from components.catalog import load_catalog
+from providers.aws.autoscaling import TEMPLATE_PREFIX
+from tools.engine import Recording, Registration, Secret
+
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+GPU_POOLS = {"l40s": ("g6e.xlarge", True, 4), "h100": ("p5.48xlarge", False, 2)}
+
+
+def gpu_node_groups(rec: Recording) -> dict[str, Registration]:
+    return {r.inputs["labels"]["gpu-k8s.io/pool"]: r for r in rec.by_type(NODE_GROUP)
+            if r.inputs["labels"]["gpu-k8s.io/pool"] != "system"}
+
+
+def test_one_gpu_node_group_per_pool_with_nvidia_ami_taint_labels_and_min_zero(aws_eks):
+    groups = gpu_node_groups(aws_eks)
+    assert set(groups) == set(GPU_POOLS)
+    catalog = load_catalog()
+    for pool, (instance_type, spot, max_nodes) in GPU_POOLS.items():
+        group = groups[pool].inputs
+        model = catalog.machine_type("aws", instance_type).gpu_model.id
+        assert group["amiType"] == "AL2023_x86_64_NVIDIA"
+        assert group["instanceTypes"] == [instance_type]
+        assert group["capacityType"] == ("SPOT" if spot else "ON_DEMAND")
+        assert group["scalingConfig"] == {"minSize": 0, "maxSize": max_nodes, "desiredSize": 0}
+        assert group["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+        assert group["labels"]["k8s.amazonaws.com/accelerator"] == model
+
+
+def test_gpu_node_groups_ignore_the_autoscaled_desired_size(aws_eks):
+    for group in gpu_node_groups(aws_eks).values():
+        assert group.options["ignoreChanges"] == ["scalingConfig.desiredSize"]
+
+
+def test_gpu_launch_templates_encrypt_gp3_root_of_pool_size_and_require_imdsv2(aws_eks):
+    for pool, disk in (("l40s", 200), ("h100", 500)):
+        template = aws_eks.by_name(f"ml-gpu-{pool}-lt").inputs
+        (root,) = template["blockDeviceMappings"]
+        assert root["deviceName"] == "/dev/xvda"
+        assert root["ebs"] == {"volumeSize": disk, "volumeType": "gp3", "encrypted": "true",
+                               "deleteOnTermination": "true"}
+        assert template["metadataOptions"]["httpTokens"] == "required"
+        group = gpu_node_groups(aws_eks)[pool]
+        assert aws_eks.by_name(f"ml-gpu-{pool}-lt").urn in group.dependencies
+
+
+def test_system_pool_is_on_demand_cpu_with_at_least_one_node(aws_eks):
+    system = aws_eks.by_name("ml-system").inputs
+    assert system["capacityType"] == "ON_DEMAND"
+    assert system["amiType"] == "AL2023_x86_64_STANDARD"
+    assert system["scalingConfig"]["minSize"] >= 1
+    assert "taints" not in system
+
+
+def scale_from_zero_tags(rec: Recording, pool: str) -> dict[str, str]:
+    group = gpu_node_groups(rec)[pool]
+    tags = [r for r in rec.by_type("aws:autoscaling/tag:Tag") if group.urn in r.dependencies]
+    return {t.inputs["tag"]["key"]: t.inputs["tag"]["value"] for t in tags}
+
+
+@pytest.mark.parametrize("pool", sorted(GPU_POOLS))
+def test_asg_template_tags_match_the_pool_spec(aws_eks, pool):
+    group = gpu_node_groups(aws_eks)[pool].inputs
+    tags = scale_from_zero_tags(aws_eks, pool)
+    labels = {k.removeprefix(f"{TEMPLATE_PREFIX}/label/"): v for k, v in tags.items() if "/label/" in k}
+    assert labels == group["labels"]
+    taints = {k.removeprefix(f"{TEMPLATE_PREFIX}/taint/"): v for k, v in tags.items() if "/taint/" in k}
+    assert taints == {"nvidia.com/gpu": "true:NoSchedule"}
+    gpus = load_catalog().machine_type("aws", GPU_POOLS[pool][0]).gpu_count
+    assert tags[f"{TEMPLATE_PREFIX}/resources/nvidia.com/gpu"] == str(gpus)
+    assert tags[f"{TEMPLATE_PREFIX}/autoscaling-options/scaledownunneededtime"] == "5m0s"
+
+
+def test_asg_tags_target_the_node_groups_own_asg_and_do_not_propagate(aws_eks):
+    for pool in GPU_POOLS:
+        group = gpu_node_groups(aws_eks)[pool]
+        for tag in (r for r in aws_eks.by_type("aws:autoscaling/tag:Tag") if group.urn in r.dependencies):
+            assert tag.inputs["autoscalingGroupName"].startswith(f"eks-ml-gpu-{pool}-")
+            assert tag.inputs["tag"]["propagateAtLaunch"] is False
+
+
+def test_cluster_security_settings(aws_eks):
+    cluster = aws_eks.by_type("aws:eks/cluster:Cluster")[0].inputs
+    assert cluster["accessConfig"] == {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": False}
+    assert cluster["enabledClusterLogTypes"] == ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+    assert cluster["encryptionConfig"]["resources"] == ["secrets"]
+    assert cluster["vpcConfig"]["endpointPrivateAccess"] is True
+    assert cluster["vpcConfig"]["publicAccessCidrs"] == ["203.0.113.0/24"]
+    key = aws_eks.by_type("aws:kms/key:Key")[0]
+    assert key.inputs["enableKeyRotation"] is True
+    assert cluster["encryptionConfig"]["provider"]["keyArn"].endswith("ml-secrets-key")
+
+
+def test_deployer_gets_cluster_admin_through_an_access_entry(aws_eks):
+    (entry,) = aws_eks.by_type("aws:eks/accessEntry:AccessEntry")
+    (policy,) = aws_eks.by_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+    # The IAM role behind the assumed-role session, not the session ARN EKS would reject.
+    assert entry.inputs["principalArn"] == "arn:aws:iam::123456789012:role/deployer"
+    assert policy.inputs["policyArn"].endswith("cluster-access-policy/AmazonEKSClusterAdminPolicy")
+    assert policy.inputs["accessScope"] == {"type": "cluster"}
+
+
+def test_addons_and_their_order(aws_eks):
+    addons = {r.inputs["addonName"]: r for r in aws_eks.by_type("aws:eks/addon:Addon")}
+    assert set(addons) == {"vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-ebs-csi-driver"}
+    system = aws_eks.by_name("ml-system")
+    for name in ("vpc-cni", "kube-proxy", "eks-pod-identity-agent"):
+        assert addons[name].urn in system.dependencies
+        for group in gpu_node_groups(aws_eks).values():
+            assert addons[name].urn in group.dependencies
+    assert system.urn in addons["coredns"].dependencies
+    (association,) = addons["aws-ebs-csi-driver"].inputs["podIdentityAssociations"]
+    assert association["serviceAccount"] == "ebs-csi-controller-sa"
+
+
+def test_default_storage_class_is_encrypted_gp3_wait_for_first_consumer(aws_eks):
+    (storage,) = aws_eks.by_type("kubernetes:storage.k8s.io/v1:StorageClass")
+    assert storage.inputs["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
+    assert storage.inputs["parameters"] == {"type": "gp3", "encrypted": "true"}
+    assert storage.inputs["volumeBindingMode"] == "WaitForFirstConsumer"
+
+
+def test_kubeconfig_is_secret_and_uses_exec_auth(aws_eks):
+    kubeconfig = aws_eks.outputs["kubeconfig"]
+    assert isinstance(kubeconfig, Secret)
+    user = json.loads(kubeconfig.value)["users"][0]["user"]
+    assert user["exec"]["command"] == "aws"
+    assert user["exec"]["args"][:2] == ["eks", "get-token"]
+    provider = aws_eks.by_type("pulumi:providers:kubernetes")[0]
+    assert isinstance(provider.inputs["kubeconfig"], Secret)
+
+
+def test_kubernetes_provider_is_a_child_of_the_cluster_component(aws_eks):
+    provider = aws_eks.by_type("pulumi:providers:kubernetes")[0]
+    assert aws_eks.by_urn(provider.parent).type == "gpu-k8s:aws:EksCluster"
+
+
+def test_every_custom_resource_has_an_explicit_provider(aws_eks):
+    providers = {r.urn for r in aws_eks.registrations if r.type.startswith("pulumi:providers:")}
+    for resource in aws_eks.registrations:
+        if resource.custom and resource.urn not in providers:
+            assert resource.provider_urn in providers, resource.name
+            package = resource.type.split(":")[0]
+            assert resource.provider_urn.split("::")[2].split("$")[-1] == f"pulumi:providers:{package}", resource.name
+
+
+def test_every_resource_chains_to_the_stack(aws_eks):
+    by_urn = {r.urn: r for r in aws_eks.registrations}
+    for resource in aws_eks.registrations:
+        node, hops = resource, 0
+        while node.parent in by_urn:
+            node, hops = by_urn[node.parent], hops + 1
+            assert hops < 20
+        assert "::pulumi:pulumi:Stack::" in node.parent, resource.name
+
+
+def test_children_are_named_after_their_component(aws_eks):
+    by_urn = {r.urn: r for r in aws_eks.registrations}
+    for resource in aws_eks.registrations:
+        parent = by_urn.get(resource.parent)
+        if parent is not None and not parent.custom:
+            assert resource.name.startswith(parent.name), (resource.name, parent.name)
+
+
+def test_gpu_operator_release(aws_eks):
+    release = aws_eks.by_name("ml-gpu-operator-release").inputs
+    assert (release["chart"], release["version"]) == ("gpu-operator", "v26.7.0")
+    assert release["repositoryOpts"]["repo"] == "https://helm.ngc.nvidia.com/nvidia"
+    values = release["values"]
+    assert values["driver"] == {"enabled": False}
+    assert values["toolkit"] == {"enabled": False}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in values["daemonsets"]["tolerations"]
+    namespace = aws_eks.by_name("ml-gpu-operator-namespace").inputs["metadata"]
+    assert namespace["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert release["namespace"] == namespace["name"] == "gpu-operator"
+
+
+def test_cluster_addons_wait_for_system_nodes_and_admin_access(aws_eks):
+    namespace = aws_eks.by_name("ml-gpu-operator-namespace")
+    autoscaler = aws_eks.by_name("ml-autoscaler-release")
+    for waiter in (namespace, autoscaler):
+        assert aws_eks.by_name("ml-system").urn in waiter.dependencies
+        assert aws_eks.by_name("ml-deployer-admin").urn in waiter.dependencies
+    assert aws_eks.by_name("ml-autoscaler-identity-association").urn in autoscaler.dependencies
+
+
+def test_cluster_autoscaler_release(aws_eks):
+    release = aws_eks.by_name("ml-autoscaler-release").inputs
+    assert (release["chart"], release["version"], release["namespace"]) == ("cluster-autoscaler", "9.59.0", "kube-system")
+    values = release["values"]
+    assert values["cloudProvider"] == "aws"
+    assert values["autoDiscovery"] == {"clusterName": "ml"}
+    assert values["awsRegion"] == "us-east-1"
+    assert values["image"]["tag"].startswith("v1.35.")
+    association = aws_eks.by_name("ml-autoscaler-identity-association").inputs
+    assert (association["namespace"], association["serviceAccount"]) == (
+        "kube-system", values["rbac"]["serviceAccount"]["name"])
+
+
+def test_autoscaler_can_write_only_to_this_clusters_groups(aws_eks):
+    policy = json.loads(aws_eks.by_type("aws:iam/rolePolicy:RolePolicy")[0].inputs["policy"])
+    writes = [s for s in policy["Statement"] if "autoscaling:SetDesiredCapacity" in s["Action"]]
+    assert writes == [s for s in writes if s["Condition"]["StringEquals"] == {
+        "aws:ResourceTag/k8s.io/cluster-autoscaler/ml": "owned"}]
+    assert writes
+
+
+def test_stack_outputs_summarise_pools(aws_eks):
+    pools = aws_eks.outputs["gpuPools"]
+    assert [(p["name"], p["gpuModel"], int(p["gpusPerNode"])) for p in pools] == [
+        ("l40s", "nvidia-l40s", 1), ("h100", "nvidia-h100-80gb", 8)]
+    assert aws_eks.outputs["gpuDriver"] == {"owner": "node-image", "branch": "580"}
+
+
+def test_existing_vpc_creates_no_network_resources(aws_eks_config):
+    from tools.engine import run_program
+
+    config = json.loads(json.dumps(aws_eks_config))
+    config["gpu-k8s:cluster"]["network"] = {
+        "vpcId": "vpc-0123456789abcdef0",
+        "privateSubnetIds": ["subnet-0aaaaaaaaaaaaaaaa", "subnet-0bbbbbbbbbbbbbbbb"],
+        "publicSubnetIds": ["subnet-0cccccccccccccccc", "subnet-0dddddddddddddddd"],
+    }
+    rec = run_program("existing-vpc", config)
+    assert not [r for r in rec.registrations if r.type.startswith("aws:ec2/") and "launchTemplate" not in r.type]
+    cluster = rec.by_type("aws:eks/cluster:Cluster")[0].inputs
+    assert cluster["vpcConfig"]["subnetIds"] == ["subnet-0aaaaaaaaaaaaaaaa", "subnet-0bbbbbbbbbbbbbbbb"]
+
+
+def test_user_labels_and_taints_reach_nodes_templates_and_operator_tolerations(aws_eks_config):
+    from tools.engine import run_program
+
+    config = json.loads(json.dumps(aws_eks_config))
+    config["gpu-k8s:cluster"]["gpuPools"][0]["labels"] = {"team.example.com/owner": "vision"}
+    config["gpu-k8s:cluster"]["gpuPools"][0]["taints"] = [{"key": "team.example.com/dedicated", "value": "vision",
+                                                          "effect": "NoExecute"}]
+    rec = run_program("labels", config)
+    group = gpu_node_groups(rec)["l40s"].inputs
+    assert group["labels"]["team.example.com/owner"] == "vision"
+    assert {"key": "team.example.com/dedicated", "value": "vision", "effect": "NO_EXECUTE"} in group["taints"]
+    tags = scale_from_zero_tags(rec, "l40s")
+    assert tags[f"{TEMPLATE_PREFIX}/label/team.example.com/owner"] == "vision"
+    assert tags[f"{TEMPLATE_PREFIX}/taint/team.example.com/dedicated"] == "vision:NoExecute"
+    tolerations = rec.by_name("ml-gpu-operator-release").inputs["values"]["daemonsets"]["tolerations"]
+    assert {"key": "team.example.com/dedicated", "operator": "Exists", "effect": "NoExecute"} in tolerations
