@@ -48,8 +48,9 @@ def pod_identity_trust_policy() -> dict[str, Any]:
 def cluster_autoscaler_policy(cluster_name: str) -> dict[str, Any]:
     """The autoscaler's documented permissions, with every write limited to this cluster's groups.
 
-    EKS tags each managed node group's Auto Scaling group `k8s.io/cluster-autoscaler/<cluster>=owned`;
-    the condition keeps this role from resizing or terminating anything else in the account.
+    EKS names a managed node group's Auto Scaling group `eks-<node group>-<uuid>` (ours start with the
+    cluster name) and tags it `k8s.io/cluster-autoscaler/<cluster>=owned`; writes need both, so this role
+    cannot resize or terminate anything else in the account.
     """
     return {
         "Version": POLICY_VERSION,
@@ -66,15 +67,20 @@ def cluster_autoscaler_policy(cluster_name: str) -> dict[str, Any]:
                     "ec2:DescribeInstanceTypes",
                     "ec2:DescribeLaunchTemplateVersions",
                     "ec2:GetInstanceTypesFromInstanceRequirements",
-                    "eks:DescribeNodegroup",
                 ],
                 "Resource": "*",
+            },
+            {
+                "Sid": "ReadThisClustersNodeGroups",
+                "Effect": "Allow",
+                "Action": "eks:DescribeNodegroup",
+                "Resource": f"arn:aws:eks:*:*:nodegroup/{cluster_name}/*/*",
             },
             {
                 "Sid": "ScaleOnlyThisClustersGroups",
                 "Effect": "Allow",
                 "Action": ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
-                "Resource": "*",
+                "Resource": f"arn:aws:autoscaling:*:*:autoScalingGroup:*:autoScalingGroupName/eks-{cluster_name}-*",
                 "Condition": {
                     "StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}
                 },

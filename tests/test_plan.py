@@ -1,0 +1,94 @@
+"""The offline plan: committed snapshots, CLI behaviour, secrets redaction, import isolation."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tools.engine import PROJECT_ROOT
+from tools.plan import plan_document, render_text
+
+PLANS = PROJECT_ROOT / "stacks" / "plans"
+
+
+def run_plan(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tools.plan", *args], capture_output=True, text=True,
+                          cwd=PROJECT_ROOT, timeout=300)
+
+
+def test_committed_plan_matches_the_program(aws_eks):
+    committed = (PLANS / "aws-eks.json").read_text()
+    current = json.dumps(plan_document(aws_eks), indent=2, sort_keys=True) + "\n"
+    if current != committed:
+        diff = "".join(difflib.unified_diff(committed.splitlines(True), current.splitlines(True),
+                                            "stacks/plans/aws-eks.json (committed)", "plan of the program now", n=2))
+        pytest.fail(f"the aws-eks plan changed; review the diff, then run `make snapshots` and commit:\n{diff}")
+
+
+def test_every_built_stack_has_a_snapshot():
+    stacks = {p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in (PROJECT_ROOT / "stacks").glob("Pulumi.*.yaml")}
+    assert stacks == {p.stem for p in PLANS.glob("*.json")}
+
+
+def test_plan_json_document_shape(aws_eks):
+    document = plan_document(aws_eks)
+    assert set(document) == {"stack", "resources", "outputs"}
+    for resource in document["resources"]:
+        assert set(resource) == {"urn", "type", "name", "parent", "inputs", "dependencies", "options"}
+    assert [r["urn"] for r in document["resources"]] == sorted(r["urn"] for r in document["resources"])
+
+
+def test_secrets_never_reach_the_plan(aws_eks):
+    text = render_text(aws_eks) + json.dumps(plan_document(aws_eks))
+    assert "certificate-authority-data" not in text
+    assert "get-token" not in text
+    assert "[secret]" in text
+
+
+def test_text_plan_shows_tree_dependencies_and_pool_summary(aws_eks):
+    text = render_text(aws_eks)
+    assert "gpu-k8s:aws:EksCluster  ml" in text
+    assert "ml-gpu-h100-ng -> " in text
+    assert "ignoreChanges=scalingConfig.desiredSize" in text
+    pool_lines = [line.split() for line in text.splitlines() if line.strip().startswith(("l40s ", "h100 "))]
+    assert pool_lines == [["l40s", "g6e.xlarge", "nvidia-l40s", "1", "0", "4", "spot"],
+                          ["h100", "p5.48xlarge", "nvidia-h100-80gb", "8", "0", "2", "on-demand"]]
+
+
+def test_cli_prints_the_plan():
+    result = run_plan("aws-eks")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Offline plan of stack aws-eks: 75 resources")
+
+
+def test_cli_bad_config_exits_2_with_message_on_stderr_only(tmp_path: Path):
+    stack = yaml.safe_load((PROJECT_ROOT / "stacks" / "Pulumi.aws-eks.yaml").read_text())
+    stack["config"]["gpu-k8s:cluster"]["gpuPools"][0]["maxNodes"] = 0
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text(yaml.safe_dump(stack))
+    result = run_plan(str(bad), "--json")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "gpu-k8s:cluster.gpuPools[0].maxNodes" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_unknown_stack_exits_2_and_lists_stacks():
+    result = run_plan("aws-ekz")
+    assert result.returncode == 2 and result.stdout == ""
+    assert "aws-eks" in result.stderr
+
+
+def test_aws_plan_never_imports_the_gcp_sdk():
+    probe = ("import sys, tools.plan as p; p.plan('aws-eks'); "
+             "print(sorted(m for m in sys.modules if m.startswith('pulumi_gcp')))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=PROJECT_ROOT,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
