@@ -88,7 +88,9 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 version=args.chart_version,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=AUTOSCALER_HELM_REPO),
                 namespace=AUTOSCALER_NAMESPACE,
-                values=autoscaler_values(".".join(cluster.kubernetes_version.split(".")[:2]), args.cloud_values),
+                values=autoscaler_values(
+                    ".".join(cluster.kubernetes_version.split(".")[:2]), args.cloud_values
+                ),
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,

@@ -71,7 +71,9 @@ def resolve_pools(spec: ClusterSpec, catalog: Catalog, accelerator_label: str) -
         machine = catalog.machine_type(spec.cloud, pool.instance_type)
         assert machine is not None and machine.gpu_model is not None, "validated by load_spec"
         labels = {**pool.labels, POOL_LABEL: pool.name, accelerator_label: machine.gpu_model.id}
-        pools.append(GpuPool(spec=pool, machine=machine, node_labels=labels, taints=(GPU_TAINT, *pool.taints)))
+        pools.append(
+            GpuPool(spec=pool, machine=machine, node_labels=labels, taints=(GPU_TAINT, *pool.taints))
+        )
     return tuple(pools)
 
 

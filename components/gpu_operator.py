@@ -14,7 +14,10 @@ NVIDIA_HELM_REPO = "https://helm.ngc.nvidia.com/nvidia"
 OPERATOR_NAMESPACE = "gpu-operator"
 # The chart's own defaults for these toleration lists (values.yaml v26.7.0); ours extend them.
 _CONTROL_PLANE_TOLERATION = {
-    "key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "value": "", "effect": "NoSchedule"
+    "key": "node-role.kubernetes.io/control-plane",
+    "operator": "Equal",
+    "value": "",
+    "effect": "NoSchedule",
 }
 
 
@@ -71,7 +74,9 @@ class GpuOperator(pulumi.ComponentResource):
                 # Operands need privileged, hostPID and hostIPC (NVIDIA security considerations).
                 labels={"pod-security.kubernetes.io/enforce": "privileged"},
             ),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(cluster.system_ready))),
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=list(cluster.system_ready))
+            ),
         )
         release = k8s.helm.v3.Release(
             f"{name}-release",

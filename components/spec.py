@@ -228,11 +228,17 @@ def _label_key_issue(path: str, key: str) -> ConfigIssue | None:
         0 < len(name) <= 63 and LABEL_NAME.match(name)
     ):
         return ConfigIssue(
-            path, key, "not a valid Kubernetes label/taint key", "use [prefix/]name, name <= 63 chars of [A-Za-z0-9-_.]"
+            path,
+            key,
+            "not a valid Kubernetes label/taint key",
+            "use [prefix/]name, name <= 63 chars of [A-Za-z0-9-_.]",
         )
     if prefix and any(prefix == p or prefix.endswith("." + p) for p in RESERVED_LABEL_PREFIXES):
         return ConfigIssue(
-            path, key, "uses a reserved prefix", f"pick your own prefix; reserved: {', '.join(RESERVED_LABEL_PREFIXES)}"
+            path,
+            key,
+            "uses a reserved prefix",
+            f"pick your own prefix; reserved: {', '.join(RESERVED_LABEL_PREFIXES)}",
         )
     return None
 
@@ -247,102 +253,182 @@ def _network_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
     net = spec.network
     if net.cidr is not None and net.vpc_id is not None:
         yield ConfigIssue(
-            config_path("network"), {"cidr": net.cidr, "vpcId": net.vpc_id}, "cidr and vpcId exclude each other",
+            config_path("network"),
+            {"cidr": net.cidr, "vpcId": net.vpc_id},
+            "cidr and vpcId exclude each other",
             "set cidr to create a VPC, or vpcId + privateSubnetIds + publicSubnetIds to use one",
         )
         return
     if net.cidr is None and net.vpc_id is None:
-        yield ConfigIssue(config_path("network"), None, "neither cidr nor vpcId is set",
-                          "set cidr (e.g. 10.40.0.0/16) or vpcId with subnet ids")
+        yield ConfigIssue(
+            config_path("network"),
+            None,
+            "neither cidr nor vpcId is set",
+            "set cidr (e.g. 10.40.0.0/16) or vpcId with subnet ids",
+        )
         return
     if net.cidr is not None:
         issue = _cidr_issue(config_path("network", "cidr"), net.cidr)
         if issue:
             yield issue
         elif not 16 <= ipaddress.IPv4Network(net.cidr).prefixlen <= 20:
-            yield ConfigIssue(config_path("network", "cidr"), net.cidr, "prefix must be /16 to /20",
-                              "a GPU cluster needs room for pod IPs; use a /16")
+            yield ConfigIssue(
+                config_path("network", "cidr"),
+                net.cidr,
+                "prefix must be /16 to /20",
+                "a GPU cluster needs room for pod IPs; use a /16",
+            )
         if net.private_subnet_ids or net.public_subnet_ids:
-            yield ConfigIssue(config_path("network"), net.cidr, "subnet ids are only used with vpcId",
-                              "remove privateSubnetIds/publicSubnetIds or replace cidr with vpcId")
+            yield ConfigIssue(
+                config_path("network"),
+                net.cidr,
+                "subnet ids are only used with vpcId",
+                "remove privateSubnetIds/publicSubnetIds or replace cidr with vpcId",
+            )
         return
     if len(net.private_subnet_ids) < 2:
-        yield ConfigIssue(config_path("network", "privateSubnetIds"), list(net.private_subnet_ids),
-                          "at least 2 private subnets (in 2 availability zones) are required",
-                          "list the private subnet ids of at least two zones")
+        yield ConfigIssue(
+            config_path("network", "privateSubnetIds"),
+            list(net.private_subnet_ids),
+            "at least 2 private subnets (in 2 availability zones) are required",
+            "list the private subnet ids of at least two zones",
+        )
 
 
 def _pool_issues(index: int, pool: GpuPoolSpec, spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
     path = lambda *parts: config_path("gpuPools", index, *parts)  # noqa: E731
     if len(pool.name) > 40 or not DNS_LABEL.match(pool.name):
-        yield ConfigIssue(path("name"), pool.name, "not a valid pool name",
-                          "use a lowercase DNS label (a-z, 0-9, '-', at most 40 chars), e.g. h100-spot")
+        yield ConfigIssue(
+            path("name"),
+            pool.name,
+            "not a valid pool name",
+            "use a lowercase DNS label (a-z, 0-9, '-', at most 40 chars), e.g. h100-spot",
+        )
     if pool.min_nodes > pool.max_nodes:
-        yield ConfigIssue(path("minNodes"), pool.min_nodes, f"is greater than maxNodes ({pool.max_nodes})",
-                          "set minNodes <= maxNodes (minNodes 0 lets the pool scale to zero)")
+        yield ConfigIssue(
+            path("minNodes"),
+            pool.min_nodes,
+            f"is greater than maxNodes ({pool.max_nodes})",
+            "set minNodes <= maxNodes (minNodes 0 lets the pool scale to zero)",
+        )
     if pool.disk_size_gib < MIN_GPU_DISK_GIB:
-        yield ConfigIssue(path("diskSizeGiB"), pool.disk_size_gib, f"GPU nodes need at least {MIN_GPU_DISK_GIB} GiB",
-                          "CUDA images are large; use 200 or more")
+        yield ConfigIssue(
+            path("diskSizeGiB"),
+            pool.disk_size_gib,
+            f"GPU nodes need at least {MIN_GPU_DISK_GIB} GiB",
+            "CUDA images are large; use 200 or more",
+        )
     if not pool.scale_down_unneeded_time or not DURATION.match(pool.scale_down_unneeded_time):
-        yield ConfigIssue(path("scaleDownUnneededTime"), pool.scale_down_unneeded_time, "not a duration",
-                          'write it like "5m", "1h" or "90s"')
+        yield ConfigIssue(
+            path("scaleDownUnneededTime"),
+            pool.scale_down_unneeded_time,
+            "not a duration",
+            'write it like "5m", "1h" or "90s"',
+        )
     machine = catalog.machine_type(spec.cloud, pool.instance_type)
     if machine is None:
         hint = ", ".join(catalog.nearest_gpu_types(spec.cloud, pool.instance_type))
-        yield ConfigIssue(path("instanceType"), pool.instance_type, f"not a {spec.cloud} GPU type in the catalog (it lists every type with NVIDIA GPUs)",
-                          f"did you mean one of: {hint}?")
+        yield ConfigIssue(
+            path("instanceType"),
+            pool.instance_type,
+            f"not a {spec.cloud} GPU type in the catalog (it lists every type with NVIDIA GPUs)",
+            f"did you mean one of: {hint}?",
+        )
     elif machine.gpu_fraction:
-        yield ConfigIssue(path("instanceType"), pool.instance_type,
-                          f"has a fractional GPU ({machine.gpu_fraction:g} of an {machine.gpu_model.display_name})",
-                          "fractional vGPU types are not supported; pick a type with whole GPUs, e.g. "
-                          + ", ".join(catalog.nearest_gpu_types(spec.cloud, pool.instance_type.replace("f.", "."))))
+        yield ConfigIssue(
+            path("instanceType"),
+            pool.instance_type,
+            f"has a fractional GPU ({machine.gpu_fraction:g} of one)",
+            "fractional vGPU types are not supported; pick a type with whole GPUs, e.g. "
+            + ", ".join(catalog.nearest_gpu_types(spec.cloud, pool.instance_type.replace("f.", "."))),
+        )
     elif not machine.has_whole_gpus:
-        yield ConfigIssue(path("instanceType"), pool.instance_type, "has no NVIDIA GPU",
-                          "use a GPU type, e.g. " + ", ".join(catalog.nearest_gpu_types(spec.cloud, pool.instance_type)))
+        yield ConfigIssue(
+            path("instanceType"),
+            pool.instance_type,
+            "has no NVIDIA GPU",
+            "use a GPU type, e.g. " + ", ".join(catalog.nearest_gpu_types(spec.cloud, pool.instance_type)),
+        )
     for key, value in pool.labels.items():
-        yield from filter(None, [_label_key_issue(path("labels", key), key),
-                                 _label_value_issue(path("labels", key), value)])
+        yield from filter(
+            None, [_label_key_issue(path("labels", key), key), _label_value_issue(path("labels", key), value)]
+        )
     for t_index, taint in enumerate(pool.taints):
-        yield from filter(None, [_label_key_issue(path("taints", t_index, "key"), taint.key),
-                                 _label_value_issue(path("taints", t_index, "value"), taint.value)])
+        yield from filter(
+            None,
+            [
+                _label_key_issue(path("taints", t_index, "key"), taint.key),
+                _label_value_issue(path("taints", t_index, "value"), taint.value),
+            ],
+        )
         if taint.key == "nvidia.com/gpu":
-            yield ConfigIssue(path("taints", t_index, "key"), taint.key, "is added to every GPU pool already",
-                              "remove this taint")
+            yield ConfigIssue(
+                path("taints", t_index, "key"),
+                taint.key,
+                "is added to every GPU pool already",
+                "remove this taint",
+            )
 
 
 def _semantic_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
     if len(spec.name) > 32 or not DNS_LABEL.match(spec.name) or not spec.name[0].isalpha():
-        yield ConfigIssue(config_path("name"), spec.name, "not a valid cluster name",
-                          "use a lowercase DNS label that starts with a letter, at most 32 chars, e.g. ml")
+        yield ConfigIssue(
+            config_path("name"),
+            spec.name,
+            "not a valid cluster name",
+            "use a lowercase DNS label that starts with a letter, at most 32 chars, e.g. ml",
+        )
     valid_kinds = {"aws": ("eks", "k3s"), "gcp": ("gke", "k3s")}[spec.cloud]
     if spec.kind not in valid_kinds:
-        yield ConfigIssue(config_path("kind"), spec.kind, f"does not exist on {spec.cloud}",
-                          f"use one of: {', '.join(valid_kinds)}")
+        yield ConfigIssue(
+            config_path("kind"),
+            spec.kind,
+            f"does not exist on {spec.cloud}",
+            f"use one of: {', '.join(valid_kinds)}",
+        )
     if not re.fullmatch(r"1\.\d+", spec.kubernetes_version):
-        yield ConfigIssue(config_path("kubernetesVersion"), spec.kubernetes_version, "must be a minor version",
-                          f'write it like "1.35"; supported: {", ".join(SUPPORTED_KUBERNETES_MINORS)}')
+        yield ConfigIssue(
+            config_path("kubernetesVersion"),
+            spec.kubernetes_version,
+            "must be a minor version",
+            f'write it like "1.35"; supported: {", ".join(SUPPORTED_KUBERNETES_MINORS)}',
+        )
     elif spec.kubernetes_minor not in SUPPORTED_KUBERNETES_MINORS:
-        yield ConfigIssue(config_path("kubernetesVersion"), spec.kubernetes_version,
-                          f"the pinned GPU Operator {GPU_OPERATOR_CHART_VERSION} supports Kubernetes "
-                          f"{SUPPORTED_KUBERNETES_MINORS[0]}-{SUPPORTED_KUBERNETES_MINORS[-1]} only",
-                          f"use one of: {', '.join(SUPPORTED_KUBERNETES_MINORS)}")
+        yield ConfigIssue(
+            config_path("kubernetesVersion"),
+            spec.kubernetes_version,
+            f"the pinned GPU Operator {GPU_OPERATOR_CHART_VERSION} supports Kubernetes "
+            f"{SUPPORTED_KUBERNETES_MINORS[0]}-{SUPPORTED_KUBERNETES_MINORS[-1]} only",
+            f"use one of: {', '.join(SUPPORTED_KUBERNETES_MINORS)}",
+        )
     yield from _network_issues(spec)
     for index, cidr in enumerate(spec.api_access_cidrs):
         issue = _cidr_issue(config_path("apiAccessCidrs", index), cidr)
         if issue:
             yield issue
         elif ipaddress.IPv4Network(cidr).prefixlen == 0 and not spec.allow_public_api_from_anywhere:
-            yield ConfigIssue(config_path("apiAccessCidrs", index), cidr,
-                              "opens the Kubernetes API to the whole internet",
-                              "list your office/VPN/CI CIDRs, or set allowPublicApiFromAnywhere: true if you mean it")
+            yield ConfigIssue(
+                config_path("apiAccessCidrs", index),
+                cidr,
+                "opens the Kubernetes API to the whole internet",
+                "list your office/VPN/CI CIDRs, or set allowPublicApiFromAnywhere: true if you mean it",
+            )
     if spec.cloud == "aws" and not AWS_INSTANCE_TYPE.match(spec.system_pool.instance_type):
-        yield ConfigIssue(config_path("systemPool", "instanceType"), spec.system_pool.instance_type,
-                          "not an EC2 instance type name", "use a type like m7i.large")
+        yield ConfigIssue(
+            config_path("systemPool", "instanceType"),
+            spec.system_pool.instance_type,
+            "not an EC2 instance type name",
+            "use a type like m7i.large",
+        )
     seen: dict[str, int] = {}
     for index, pool in enumerate(spec.gpu_pools):
         if pool.name in seen:
-            yield ConfigIssue(config_path("gpuPools", index, "name"), pool.name,
-                              f"duplicates gpuPools[{seen[pool.name]}].name", "give every pool its own name")
+            yield ConfigIssue(
+                config_path("gpuPools", index, "name"),
+                pool.name,
+                f"duplicates gpuPools[{seen[pool.name]}].name",
+                "give every pool its own name",
+            )
         seen.setdefault(pool.name, index)
         yield from _pool_issues(index, pool, spec, catalog)
 
@@ -350,8 +436,16 @@ def _semantic_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssu
 def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
     """Parse and validate the `gpu-k8s:cluster` value; raise ConfigError listing every problem."""
     if not isinstance(raw, Mapping):
-        raise ConfigError([ConfigIssue(CONFIG_KEY, raw, "must be a mapping",
-                                       "set it in stacks/Pulumi.<stack>.yaml; see stacks/README.md")])
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    CONFIG_KEY,
+                    raw,
+                    "must be a mapping",
+                    "set it in stacks/Pulumi.<stack>.yaml; see stacks/README.md",
+                )
+            ]
+        )
     try:
         # JSON mode: strict types, yet YAML lists become tuples (Pulumi hands structured config over as JSON).
         spec = ClusterSpec.model_validate_json(json.dumps(raw))

@@ -22,9 +22,15 @@ def builder_for(spec: ClusterSpec) -> Callable[[ClusterSpec], GpuCluster]:
     target = REGISTRY.get((spec.cloud, spec.kind))
     if target is None:
         built = ", ".join(f"{cloud}/{kind}" for cloud, kind in sorted(REGISTRY))
-        raise ConfigError([ConfigIssue(
-            config_path("kind"), f"{spec.cloud}/{spec.kind}", "this platform is not yet supported",
-            f"use one of the platforms built so far: {built}",
-        )])
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    config_path("kind"),
+                    f"{spec.cloud}/{spec.kind}",
+                    "this platform is not yet supported",
+                    f"use one of the platforms built so far: {built}",
+                )
+            ]
+        )
     module_name, function_name = target.split(":")
     return getattr(importlib.import_module(module_name), function_name)

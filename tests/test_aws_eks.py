@@ -15,8 +15,11 @@ GPU_POOLS = {"l40s": ("g6e.xlarge", True, 4), "h100": ("p5.48xlarge", False, 2)}
 
 
 def gpu_node_groups(rec: Recording) -> dict[str, Registration]:
-    return {r.inputs["labels"]["gpu-k8s.io/pool"]: r for r in rec.by_type(NODE_GROUP)
-            if r.inputs["labels"]["gpu-k8s.io/pool"] != "system"}
+    return {
+        r.inputs["labels"]["gpu-k8s.io/pool"]: r
+        for r in rec.by_type(NODE_GROUP)
+        if r.inputs["labels"]["gpu-k8s.io/pool"] != "system"
+    }
 
 
 def test_one_gpu_node_group_per_pool_with_nvidia_ami_taint_labels_and_min_zero(aws_eks):
@@ -44,8 +47,12 @@ def test_gpu_launch_templates_encrypt_gp3_root_of_pool_size_and_require_imdsv2(a
         template = aws_eks.by_name(f"ml-gpu-{pool}-lt").inputs
         (root,) = template["blockDeviceMappings"]
         assert root["deviceName"] == "/dev/xvda"
-        assert root["ebs"] == {"volumeSize": disk, "volumeType": "gp3", "encrypted": "true",
-                               "deleteOnTermination": "true"}
+        assert root["ebs"] == {
+            "volumeSize": disk,
+            "volumeType": "gp3",
+            "encrypted": "true",
+            "deleteOnTermination": "true",
+        }
         assert template["metadataOptions"]["httpTokens"] == "required"
         group = gpu_node_groups(aws_eks)[pool]
         assert aws_eks.by_name(f"ml-gpu-{pool}-lt").urn in group.dependencies
@@ -88,8 +95,17 @@ def test_asg_tags_target_the_node_groups_own_asg_and_do_not_propagate(aws_eks):
 
 def test_cluster_security_settings(aws_eks):
     cluster = aws_eks.by_type("aws:eks/cluster:Cluster")[0].inputs
-    assert cluster["accessConfig"] == {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": False}
-    assert cluster["enabledClusterLogTypes"] == ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+    assert cluster["accessConfig"] == {
+        "authenticationMode": "API",
+        "bootstrapClusterCreatorAdminPermissions": False,
+    }
+    assert cluster["enabledClusterLogTypes"] == [
+        "api",
+        "audit",
+        "authenticator",
+        "controllerManager",
+        "scheduler",
+    ]
     assert cluster["encryptionConfig"]["resources"] == ["secrets"]
     assert cluster["vpcConfig"]["endpointPrivateAccess"] is True
     assert cluster["vpcConfig"]["publicAccessCidrs"] == ["203.0.113.0/24"]
@@ -122,7 +138,9 @@ def test_addons_and_their_order(aws_eks):
 
 def test_default_storage_class_is_encrypted_gp3_wait_for_first_consumer(aws_eks):
     (storage,) = aws_eks.by_type("kubernetes:storage.k8s.io/v1:StorageClass")
-    assert storage.inputs["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
+    assert storage.inputs["metadata"]["annotations"] == {
+        "storageclass.kubernetes.io/is-default-class": "true"
+    }
     assert storage.inputs["parameters"] == {"type": "gp3", "encrypted": "true"}
     assert storage.inputs["volumeBindingMode"] == "WaitForFirstConsumer"
 
@@ -148,7 +166,9 @@ def test_every_custom_resource_has_an_explicit_provider(aws_eks):
         if resource.custom and resource.urn not in providers:
             assert resource.provider_urn in providers, resource.name
             package = resource.type.split(":")[0]
-            assert resource.provider_urn.split("::")[2].split("$")[-1] == f"pulumi:providers:{package}", resource.name
+            assert resource.provider_urn.split("::")[2].split("$")[-1] == f"pulumi:providers:{package}", (
+                resource.name
+            )
 
 
 def test_every_resource_chains_to_the_stack(aws_eks):
@@ -176,7 +196,9 @@ def test_gpu_operator_release(aws_eks):
     values = release["values"]
     assert values["driver"] == {"enabled": False}
     assert values["toolkit"] == {"enabled": False}
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in values["daemonsets"]["tolerations"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in values["daemonsets"][
+        "tolerations"
+    ]
     namespace = aws_eks.by_name("ml-gpu-operator-namespace").inputs["metadata"]
     assert namespace["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     assert release["namespace"] == namespace["name"] == "gpu-operator"
@@ -193,7 +215,11 @@ def test_cluster_addons_wait_for_system_nodes_and_admin_access(aws_eks):
 
 def test_cluster_autoscaler_release(aws_eks):
     release = aws_eks.by_name("ml-autoscaler-release").inputs
-    assert (release["chart"], release["version"], release["namespace"]) == ("cluster-autoscaler", "9.59.0", "kube-system")
+    assert (release["chart"], release["version"], release["namespace"]) == (
+        "cluster-autoscaler",
+        "9.59.0",
+        "kube-system",
+    )
     values = release["values"]
     assert values["cloudProvider"] == "aws"
     assert values["autoDiscovery"] == {"clusterName": "ml"}
@@ -201,21 +227,28 @@ def test_cluster_autoscaler_release(aws_eks):
     assert values["image"]["tag"].startswith("v1.35.")
     association = aws_eks.by_name("ml-autoscaler-identity-association").inputs
     assert (association["namespace"], association["serviceAccount"]) == (
-        "kube-system", values["rbac"]["serviceAccount"]["name"])
+        "kube-system",
+        values["rbac"]["serviceAccount"]["name"],
+    )
 
 
 def test_autoscaler_can_write_only_to_this_clusters_groups(aws_eks):
     policy = json.loads(aws_eks.by_type("aws:iam/rolePolicy:RolePolicy")[0].inputs["policy"])
     writes = [s for s in policy["Statement"] if "autoscaling:SetDesiredCapacity" in s["Action"]]
-    assert writes == [s for s in writes if s["Condition"]["StringEquals"] == {
-        "aws:ResourceTag/k8s.io/cluster-autoscaler/ml": "owned"}]
+    assert writes == [
+        s
+        for s in writes
+        if s["Condition"]["StringEquals"] == {"aws:ResourceTag/k8s.io/cluster-autoscaler/ml": "owned"}
+    ]
     assert writes
 
 
 def test_stack_outputs_summarise_pools(aws_eks):
     pools = aws_eks.outputs["gpuPools"]
     assert [(p["name"], p["gpuModel"], int(p["gpusPerNode"])) for p in pools] == [
-        ("l40s", "nvidia-l40s", 1), ("h100", "nvidia-h100-80gb", 8)]
+        ("l40s", "nvidia-l40s", 1),
+        ("h100", "nvidia-h100-80gb", 8),
+    ]
     assert aws_eks.outputs["gpuDriver"] == {"owner": "node-image", "branch": "580"}
 
 
@@ -229,7 +262,9 @@ def test_existing_vpc_creates_no_network_resources(aws_eks_config):
         "publicSubnetIds": ["subnet-0cccccccccccccccc", "subnet-0dddddddddddddddd"],
     }
     rec = run_program("existing-vpc", config)
-    assert not [r for r in rec.registrations if r.type.startswith("aws:ec2/") and "launchTemplate" not in r.type]
+    assert not [
+        r for r in rec.registrations if r.type.startswith("aws:ec2/") and "launchTemplate" not in r.type
+    ]
     cluster = rec.by_type("aws:eks/cluster:Cluster")[0].inputs
     assert cluster["vpcConfig"]["subnetIds"] == ["subnet-0aaaaaaaaaaaaaaaa", "subnet-0bbbbbbbbbbbbbbbb"]
 
@@ -239,8 +274,9 @@ def test_user_labels_and_taints_reach_nodes_templates_and_operator_tolerations(a
 
     config = json.loads(json.dumps(aws_eks_config))
     config["gpu-k8s:cluster"]["gpuPools"][0]["labels"] = {"team.example.com/owner": "vision"}
-    config["gpu-k8s:cluster"]["gpuPools"][0]["taints"] = [{"key": "team.example.com/dedicated", "value": "vision",
-                                                          "effect": "NoExecute"}]
+    config["gpu-k8s:cluster"]["gpuPools"][0]["taints"] = [
+        {"key": "team.example.com/dedicated", "value": "vision", "effect": "NoExecute"}
+    ]
     rec = run_program("labels", config)
     group = gpu_node_groups(rec)["l40s"].inputs
     assert group["labels"]["team.example.com/owner"] == "vision"

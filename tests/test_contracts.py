@@ -27,11 +27,23 @@ from tools.engine import PROJECT_ROOT
 OPEN_MAPS = {("extraArgs",), ("nodeSelector",)}
 # Cluster-autoscaler flags documented in its FAQ ("What are the parameters to CA?"), REFERENCE.md 5.2.
 AUTOSCALER_FLAGS = {
-    "cloud-provider", "nodes", "node-group-auto-discovery", "scale-down-unneeded-time",
-    "scale-down-delay-after-add", "scale-down-utilization-threshold", "scale-down-gpu-utilization-threshold",
-    "scale-down-unready-time", "max-node-provision-time", "expander", "balance-similar-node-groups",
-    "skip-nodes-with-local-storage", "skip-nodes-with-system-pods", "scan-interval", "logtostderr",
-    "stderrthreshold", "v",
+    "cloud-provider",
+    "nodes",
+    "node-group-auto-discovery",
+    "scale-down-unneeded-time",
+    "scale-down-delay-after-add",
+    "scale-down-utilization-threshold",
+    "scale-down-gpu-utilization-threshold",
+    "scale-down-unready-time",
+    "max-node-provision-time",
+    "expander",
+    "balance-similar-node-groups",
+    "skip-nodes-with-local-storage",
+    "skip-nodes-with-system-pods",
+    "scan-interval",
+    "logtostderr",
+    "stderrthreshold",
+    "v",
 }
 
 
@@ -57,7 +69,9 @@ def unknown_values(ours: Any, theirs: Any, path: tuple[str, ...] = ()) -> list[s
 def test_unknown_values_catches_typos():
     chart = {"driver": {"enabled": True}, "extraArgs": {}}
     assert unknown_values({"driver": {"enabeld": False}}, chart) == ["driver.enabeld"]
-    assert unknown_values({"driver": {"enabled": "no"}}, chart) == ["driver.enabled (str where the chart has bool)"]
+    assert unknown_values({"driver": {"enabled": "no"}}, chart) == [
+        "driver.enabled (str where the chart has bool)"
+    ]
     assert unknown_values({"driver": {"enabled": False}, "extraArgs": {"x": 1}}, chart) == []
 
 
@@ -71,15 +85,21 @@ def test_gpu_operator_values_exist_in_the_pinned_chart(aws_eks):
 
 
 def test_gpu_operator_nfd_values_exist_in_the_vendored_subchart(aws_eks):
-    subchart = upstream_yaml(f"gpu-operator/{GPU_OPERATOR_CHART_VERSION}/charts/node-feature-discovery/values.yaml")
+    subchart = upstream_yaml(
+        f"gpu-operator/{GPU_OPERATOR_CHART_VERSION}/charts/node-feature-discovery/values.yaml"
+    )
     ours = release_values(aws_eks, "ml-gpu-operator-release")["node-feature-discovery"]
     assert unknown_values(ours, subchart) == []
 
 
 def test_autoscaler_values_exist_in_the_pinned_chart(aws_eks):
     chart = upstream_yaml(f"cluster-autoscaler/{CLUSTER_AUTOSCALER_CHART_VERSION}/values.yaml")
-    assert yaml.safe_load(upstream(f"cluster-autoscaler/{CLUSTER_AUTOSCALER_CHART_VERSION}/Chart.yaml")
-                          .read_text())["version"] == CLUSTER_AUTOSCALER_CHART_VERSION
+    assert (
+        yaml.safe_load(
+            upstream(f"cluster-autoscaler/{CLUSTER_AUTOSCALER_CHART_VERSION}/Chart.yaml").read_text()
+        )["version"]
+        == CLUSTER_AUTOSCALER_CHART_VERSION
+    )
     values = release_values(aws_eks, "ml-autoscaler-release")
     assert unknown_values(values, chart) == []
     assert set(values["extraArgs"]) <= AUTOSCALER_FLAGS
@@ -97,9 +117,14 @@ def test_operator_defaults_we_extend_are_still_the_charts(aws_eks):
 
 
 def kubernetes_objects(aws_eks) -> list[dict[str, Any]]:
-    objects = [{k: v for k, v in r.inputs.items() if k != "arn"} for r in aws_eks.registrations
-               if r.type.startswith("kubernetes:") and r.type.split(":")[1] not in {"helm.sh/v3"}
-               and r.custom and not r.type.startswith("pulumi:")]
+    objects = [
+        {k: v for k, v in r.inputs.items() if k != "arn"}
+        for r in aws_eks.registrations
+        if r.type.startswith("kubernetes:")
+        and r.type.split(":")[1] not in {"helm.sh/v3"}
+        and r.custom
+        and not r.type.startswith("pulumi:")
+    ]
     return [*objects, default_storage_class_manifest()]
 
 
@@ -152,7 +177,9 @@ def test_ec2_values_are_members_of_botocore_enums(aws_eks, ec2_model):
         assert set(group.inputs["instanceTypes"]) <= instance_types
     for template in aws_eks.by_type("aws:ec2/launchTemplate:LaunchTemplate"):
         assert template.inputs["blockDeviceMappings"][0]["ebs"]["volumeType"] in enum(ec2_model, "VolumeType")
-        assert template.inputs["metadataOptions"]["httpTokens"] in enum(ec2_model, "LaunchTemplateHttpTokensState")
+        assert template.inputs["metadataOptions"]["httpTokens"] in enum(
+            ec2_model, "LaunchTemplateHttpTokensState"
+        )
 
 
 def serious_findings(document: str, trust_policy: bool) -> list[tuple[str, str, Any]]:
@@ -163,8 +190,13 @@ def serious_findings(document: str, trust_policy: bool) -> list[tuple[str, str, 
     design, so for trust policies that one finding is not a problem.
     """
     findings = [parliament.enhance_finding(f) for f in parliament.analyze_policy_string(document).findings]
-    problems = [(f.severity, f.issue, f.detail) for f in findings
-                if not (trust_policy and f.issue == "MALFORMED" and "neither Resource nor NotResource" in str(f.detail))]
+    problems = [
+        (f.severity, f.issue, f.detail)
+        for f in findings
+        if not (
+            trust_policy and f.issue == "MALFORMED" and "neither Resource nor NotResource" in str(f.detail)
+        )
+    ]
     if trust_policy:
         # Parliament stops at the missing Resource, so check what it would have: actions and principals.
         for statement in json.loads(document)["Statement"]:
@@ -191,14 +223,28 @@ def test_iam_documents_pass_parliament_without_medium_findings(aws_eks):
 
 
 def test_trust_policy_linting_still_catches_a_bad_action():
-    document = json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"}, "Action": "sts:AssumeRol"}]})
+    document = json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": "pods.eks.amazonaws.com"},
+                    "Action": "sts:AssumeRol",
+                }
+            ],
+        }
+    )
     assert serious_findings(document, trust_policy=True)
 
 
 def test_identity_policy_linting_catches_a_bad_action():
-    document = json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": "autoscaling:SetDesiredCapacty", "Resource": "*"}]})
+    document = json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "autoscaling:SetDesiredCapacty", "Resource": "*"}],
+        }
+    )
     assert any(issue == "UNKNOWN_ACTION" for _, issue, _ in serious_findings(document, trust_policy=False))
 
 

@@ -18,21 +18,38 @@ PLANS = PROJECT_ROOT / "stacks" / "plans"
 
 
 def run_plan(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tools.plan", *args], capture_output=True, text=True,
-                          cwd=PROJECT_ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tools.plan", *args],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        timeout=300,
+    )
 
 
 def test_committed_plan_matches_the_program(aws_eks):
     committed = (PLANS / "aws-eks.json").read_text()
     current = json.dumps(plan_document(aws_eks), indent=2, sort_keys=True) + "\n"
     if current != committed:
-        diff = "".join(difflib.unified_diff(committed.splitlines(True), current.splitlines(True),
-                                            "stacks/plans/aws-eks.json (committed)", "plan of the program now", n=2))
-        pytest.fail(f"the aws-eks plan changed; review the diff, then run `make snapshots` and commit:\n{diff}")
+        diff = "".join(
+            difflib.unified_diff(
+                committed.splitlines(True),
+                current.splitlines(True),
+                "stacks/plans/aws-eks.json (committed)",
+                "plan of the program now",
+                n=2,
+            )
+        )
+        pytest.fail(
+            f"the aws-eks plan changed; review the diff, then run `make snapshots` and commit:\n{diff}"
+        )
 
 
 def test_every_built_stack_has_a_snapshot():
-    stacks = {p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in (PROJECT_ROOT / "stacks").glob("Pulumi.*.yaml")}
+    stacks = {
+        p.name.removeprefix("Pulumi.").removesuffix(".yaml")
+        for p in (PROJECT_ROOT / "stacks").glob("Pulumi.*.yaml")
+    }
     assert stacks == {p.stem for p in PLANS.glob("*.json")}
 
 
@@ -57,8 +74,10 @@ def test_text_plan_shows_tree_dependencies_and_pool_summary(aws_eks):
     assert "ml-gpu-h100-ng -> " in text
     assert "ignoreChanges=scalingConfig.desiredSize" in text
     pool_lines = [line.split() for line in text.splitlines() if line.strip().startswith(("l40s ", "h100 "))]
-    assert pool_lines == [["l40s", "g6e.xlarge", "nvidia-l40s", "1", "0", "4", "spot"],
-                          ["h100", "p5.48xlarge", "nvidia-h100-80gb", "8", "0", "2", "on-demand"]]
+    assert pool_lines == [
+        ["l40s", "g6e.xlarge", "nvidia-l40s", "1", "0", "4", "spot"],
+        ["h100", "p5.48xlarge", "nvidia-h100-80gb", "8", "0", "2", "on-demand"],
+    ]
 
 
 def test_cli_prints_the_plan():
@@ -86,9 +105,12 @@ def test_cli_unknown_stack_exits_2_and_lists_stacks():
 
 
 def test_aws_plan_never_imports_the_gcp_sdk():
-    probe = ("import sys, tools.plan as p; p.plan('aws-eks'); "
-             "print(sorted(m for m in sys.modules if m.startswith('pulumi_gcp')))")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=PROJECT_ROOT,
-                            timeout=300)
+    probe = (
+        "import sys, tools.plan as p; p.plan('aws-eks'); "
+        "print(sorted(m for m in sys.modules if m.startswith('pulumi_gcp')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

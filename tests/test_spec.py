@@ -36,21 +36,61 @@ def _delete(key: str) -> Mutation:
 # (id, mutation, key path the message must name, words the message must contain)
 BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
     ("unknown-top-level-key", _set("gpuPool", []), "gpu-k8s:cluster.gpuPool", ("unknown key", "gpuPools")),
-    ("typo-in-pool-key", _set("gpuPools.0.minNodez", 1), "gpuPools[0].minNodez", ("did you mean 'minNodes'",)),
-    ("decided-key", _set("gpuPools.0.amiType", "BOTTLEROCKET_x86_64_NVIDIA"), "gpuPools[0].amiType",
-     ("Bottlerocket",)),
-    ("duplicate-pool-names", _set("gpuPools.1.name", "l40s"), "gpuPools[1].name", ("duplicates gpuPools[0]",)),
+    (
+        "typo-in-pool-key",
+        _set("gpuPools.0.minNodez", 1),
+        "gpuPools[0].minNodez",
+        ("did you mean 'minNodes'",),
+    ),
+    (
+        "decided-key",
+        _set("gpuPools.0.amiType", "BOTTLEROCKET_x86_64_NVIDIA"),
+        "gpuPools[0].amiType",
+        ("Bottlerocket",),
+    ),
+    (
+        "duplicate-pool-names",
+        _set("gpuPools.1.name", "l40s"),
+        "gpuPools[1].name",
+        ("duplicates gpuPools[0]",),
+    ),
     ("min-greater-than-max", _set("gpuPools.0.minNodes", 5), "gpuPools[0].minNodes", ("maxNodes (4)",)),
-    ("max-below-one", _set("gpuPools.0.maxNodes", 0), "gpuPools[0].maxNodes", ("greater than or equal to 1",)),
-    ("negative-min", _set("gpuPools.0.minNodes", -1), "gpuPools[0].minNodes", ("greater than or equal to 0",)),
-    ("instance-type-typo", _set("gpuPools.0.instanceType", "g5.xlarg"), "gpuPools[0].instanceType",
-     ("g5.xlarge",)),
-    ("cpu-instance-type", _set("gpuPools.0.instanceType", "m5.large"), "gpuPools[0].instanceType",
-     ("GPU type", "did you mean")),
-    ("fractional-gpu", _set("gpuPools.0.instanceType", "g6f.large"), "gpuPools[0].instanceType",
-     ("fractional",)),
-    ("gcp-type-on-aws", _set("gpuPools.0.instanceType", "a2-highgpu-1g"), "gpuPools[0].instanceType",
-     ("aws GPU type",)),
+    (
+        "max-below-one",
+        _set("gpuPools.0.maxNodes", 0),
+        "gpuPools[0].maxNodes",
+        ("greater than or equal to 1",),
+    ),
+    (
+        "negative-min",
+        _set("gpuPools.0.minNodes", -1),
+        "gpuPools[0].minNodes",
+        ("greater than or equal to 0",),
+    ),
+    (
+        "instance-type-typo",
+        _set("gpuPools.0.instanceType", "g5.xlarg"),
+        "gpuPools[0].instanceType",
+        ("g5.xlarge",),
+    ),
+    (
+        "cpu-instance-type",
+        _set("gpuPools.0.instanceType", "m5.large"),
+        "gpuPools[0].instanceType",
+        ("GPU type", "did you mean"),
+    ),
+    (
+        "fractional-gpu",
+        _set("gpuPools.0.instanceType", "g6f.large"),
+        "gpuPools[0].instanceType",
+        ("fractional",),
+    ),
+    (
+        "gcp-type-on-aws",
+        _set("gpuPools.0.instanceType", "a2-highgpu-1g"),
+        "gpuPools[0].instanceType",
+        ("aws GPU type",),
+    ),
     ("kubernetes-too-old", _set("kubernetesVersion", "1.31"), "kubernetesVersion", ("1.33-1.36",)),
     ("kubernetes-too-new", _set("kubernetesVersion", "1.37"), "kubernetesVersion", ("1.33-1.36",)),
     ("kubernetes-unquoted", _set("kubernetesVersion", 1.35), "kubernetesVersion", ("quote it",)),
@@ -59,34 +99,70 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
     ("vpc-cidr-host-bits", _set("network.cidr", "10.40.0.1/16"), "network.cidr", ("host bits",)),
     ("vpc-cidr-too-small", _set("network.cidr", "10.40.0.0/24"), "network.cidr", ("/16 to /20",)),
     ("cidr-and-vpc-id", _set("network.vpcId", "vpc-0123456789abcdef0"), "network", ("exclude each other",)),
-    ("api-open-to-world", _set("apiAccessCidrs", ["0.0.0.0/0"]), "apiAccessCidrs[0]",
-     ("whole internet", "allowPublicApiFromAnywhere")),
-    ("api-cidr-without-prefix", _set("apiAccessCidrs", ["203.0.113.7"]), "apiAccessCidrs[0]", ("prefix length",)),
+    (
+        "api-open-to-world",
+        _set("apiAccessCidrs", ["0.0.0.0/0"]),
+        "apiAccessCidrs[0]",
+        ("whole internet", "allowPublicApiFromAnywhere"),
+    ),
+    (
+        "api-cidr-without-prefix",
+        _set("apiAccessCidrs", ["203.0.113.7"]),
+        "apiAccessCidrs[0]",
+        ("prefix length",),
+    ),
     ("api-cidrs-empty", _set("apiAccessCidrs", []), "apiAccessCidrs", ("at least 1",)),
     ("gpu-disk-too-small", _set("gpuPools.0.diskSizeGiB", 20), "gpuPools[0].diskSizeGiB", ("at least 50",)),
     ("pool-name-not-a-label", _set("gpuPools.0.name", "L40S_pool"), "gpuPools[0].name", ("DNS label",)),
     ("cluster-name-invalid", _set("name", "ML_cluster"), "gpu-k8s:cluster.name", ("DNS label",)),
-    ("reserved-label-prefix", _set("gpuPools.0.labels", {"node.kubernetes.io/role": "x"}),
-     "gpuPools[0].labels.node.kubernetes.io/role", ("reserved prefix",)),
-    ("bad-label-value", _set("gpuPools.0.labels", {"team": "a b"}), "gpuPools[0].labels.team", ("label value",)),
-    ("bad-taint-effect", _set("gpuPools.0.taints", [{"key": "team", "effect": "NoSchedul"}]),
-     "gpuPools[0].taints[0].effect", ("NoSchedule",)),
-    ("duplicate-gpu-taint", _set("gpuPools.0.taints", [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]),
-     "gpuPools[0].taints[0].key", ("already",)),
-    ("bad-duration", _set("gpuPools.0.scaleDownUnneededTime", "5 minutes"), "scaleDownUnneededTime",
-     ("duration",)),
+    (
+        "reserved-label-prefix",
+        _set("gpuPools.0.labels", {"node.kubernetes.io/role": "x"}),
+        "gpuPools[0].labels.node.kubernetes.io/role",
+        ("reserved prefix",),
+    ),
+    (
+        "bad-label-value",
+        _set("gpuPools.0.labels", {"team": "a b"}),
+        "gpuPools[0].labels.team",
+        ("label value",),
+    ),
+    (
+        "bad-taint-effect",
+        _set("gpuPools.0.taints", [{"key": "team", "effect": "NoSchedul"}]),
+        "gpuPools[0].taints[0].effect",
+        ("NoSchedule",),
+    ),
+    (
+        "duplicate-gpu-taint",
+        _set("gpuPools.0.taints", [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]),
+        "gpuPools[0].taints[0].key",
+        ("already",),
+    ),
+    (
+        "bad-duration",
+        _set("gpuPools.0.scaleDownUnneededTime", "5 minutes"),
+        "scaleDownUnneededTime",
+        ("duration",),
+    ),
     ("no-gpu-pools", _delete("gpuPools"), "gpu-k8s:cluster.gpuPools", ("missing",)),
     ("empty-gpu-pools", _set("gpuPools", []), "gpu-k8s:cluster.gpuPools", ("at least 1",)),
     ("kind-not-on-cloud", _set("kind", "gke"), "gpu-k8s:cluster.kind", ("does not exist on aws",)),
     ("unknown-cloud", _set("cloud", "azure"), "gpu-k8s:cluster.cloud", ("'aws' or 'gcp'",)),
     ("platform-not-built", _set("kind", "k3s"), "gpu-k8s:cluster.kind", ("not yet supported", "aws/eks")),
-    ("gpu-type-not-on-eks-ami", _set("gpuPools.0.instanceType", "g7.2xlarge"), "gpuPools[0].instanceType",
-     ("AL2023 NVIDIA AMI", "g7e")),
+    (
+        "gpu-type-not-on-eks-ami",
+        _set("gpuPools.0.instanceType", "g7.2xlarge"),
+        "gpuPools[0].instanceType",
+        ("AL2023 NVIDIA AMI", "g7e"),
+    ),
     ("system-pool-size", _set("systemPool.nodes", 0), "systemPool.nodes", ("greater than or equal to 1",)),
 ]
 
 
-@pytest.mark.parametrize(("mutation", "path", "words"), [c[1:] for c in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS])
+@pytest.mark.parametrize(
+    ("mutation", "path", "words"), [c[1:] for c in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS]
+)
 def test_bad_config_is_refused_before_any_resource(aws_eks_config, mutation, path, words):
     config = copy.deepcopy(aws_eks_config)
     mutation(config["gpu-k8s:cluster"])
@@ -113,8 +189,11 @@ def test_every_problem_is_reported_at_once(cluster_raw):
     with pytest.raises(ConfigError) as caught:
         load_spec(cluster_raw)
     paths = {issue.path for issue in caught.value.issues}
-    assert {"gpu-k8s:cluster.gpuPools[0].minNodes", "gpu-k8s:cluster.gpuPools[1].instanceType",
-            "gpu-k8s:cluster.kubernetesVersion"} <= paths
+    assert {
+        "gpu-k8s:cluster.gpuPools[0].minNodes",
+        "gpu-k8s:cluster.gpuPools[1].instanceType",
+        "gpu-k8s:cluster.kubernetesVersion",
+    } <= paths
 
 
 def test_example_stack_parses_with_documented_defaults(cluster_raw):
@@ -151,8 +230,14 @@ def test_pool_child_names_are_unique_and_stable(names):
 
 @given(st.lists(pool_names, min_size=1, max_size=6, unique=True))
 def test_valid_pool_names_always_load(names):
-    base = {"name": "ml", "cloud": "aws", "kind": "eks", "kubernetesVersion": "1.35",
-            "network": {"cidr": "10.40.0.0/16"}, "apiAccessCidrs": ["203.0.113.0/24"],
-            "systemPool": {"instanceType": "m7i.large"},
-            "gpuPools": [{"name": n, "instanceType": "g6.xlarge", "maxNodes": 1} for n in names]}
+    base = {
+        "name": "ml",
+        "cloud": "aws",
+        "kind": "eks",
+        "kubernetesVersion": "1.35",
+        "network": {"cidr": "10.40.0.0/16"},
+        "apiAccessCidrs": ["203.0.113.0/24"],
+        "systemPool": {"instanceType": "m7i.large"},
+        "gpuPools": [{"name": n, "instanceType": "g6.xlarge", "maxNodes": 1} for n in names],
+    }
     assert [p.name for p in load_spec(base).gpu_pools] == names

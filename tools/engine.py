@@ -117,8 +117,14 @@ class RealisticMocks(pulumi_mocks.Mocks):
             id_ = f"lt-{_fake_hex(name, 17)}"
             outputs["latestVersion"] = 1
         elif token.startswith("aws:ec2/"):
-            prefix = {"Vpc": "vpc", "Subnet": "subnet", "InternetGateway": "igw", "NatGateway": "nat",
-                      "Eip": "eipalloc", "RouteTable": "rtb"}.get(token.rsplit(":", 1)[1], "res")
+            prefix = {
+                "Vpc": "vpc",
+                "Subnet": "subnet",
+                "InternetGateway": "igw",
+                "NatGateway": "nat",
+                "Eip": "eipalloc",
+                "RouteTable": "rtb",
+            }.get(token.rsplit(":", 1)[1], "res")
             id_ = f"{prefix}-{_fake_hex(name, 17)}"
         elif token == "kubernetes:helm.sh/v3:Release":
             outputs["status"] = {"status": "deployed", "version": args.inputs.get("version")}
@@ -127,15 +133,27 @@ class RealisticMocks(pulumi_mocks.Mocks):
 
     def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list | None]:
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
-            return {"accountId": ACCOUNT, "arn": f"arn:aws:sts::{ACCOUNT}:assumed-role/deployer/ci-session",
-                    "userId": "AROAEXAMPLE:ci-session", "id": ACCOUNT}, []
+            return {
+                "accountId": ACCOUNT,
+                "arn": f"arn:aws:sts::{ACCOUNT}:assumed-role/deployer/ci-session",
+                "userId": "AROAEXAMPLE:ci-session",
+                "id": ACCOUNT,
+            }, []
         if args.token == "aws:iam/getSessionContext:getSessionContext":
-            return {"arn": args.args["arn"], "issuerArn": f"arn:aws:iam::{ACCOUNT}:role/deployer",
-                    "issuerId": "AROAEXAMPLE", "issuerName": "deployer", "sessionName": "ci-session"}, []
+            return {
+                "arn": args.args["arn"],
+                "issuerArn": f"arn:aws:iam::{ACCOUNT}:role/deployer",
+                "issuerId": "AROAEXAMPLE",
+                "issuerName": "deployer",
+                "sessionName": "ci-session",
+            }, []
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
             letters = "abcdef"
-            return {"names": [f"{self.region}{c}" for c in letters],
-                    "zoneIds": [f"use1-az{i}" for i in range(1, 7)], "id": self.region}, []
+            return {
+                "names": [f"{self.region}{c}" for c in letters],
+                "zoneIds": [f"use1-az{i}" for i in range(1, 7)],
+                "id": self.region,
+            }, []
         raise NotImplementedError(f"no mock for invoke {args.token}; add one to tools/engine.py")
 
 
@@ -151,7 +169,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         self.recording = recording
         self.deny_default_providers = deny_default_providers
 
-    def RegisterResource(self, request):  # noqa: N802 - gRPC method name
+    def RegisterResource(self, request):
         is_provider = request.type.startswith("pulumi:providers:")
         if request.custom and not is_provider and not request.provider and self.deny_default_providers:
             raise DefaultProviderError(
@@ -169,20 +187,22 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             "additionalSecretOutputs": list(request.additionalSecretOutputs),
             "aliases": [str(a) for a in request.aliasURNs],
         }
-        self.recording.registrations.append(Registration(
-            urn=response.urn,
-            type=request.type,
-            name=request.name,
-            parent=request.parent,
-            custom=request.custom,
-            inputs=_unwrap_secrets(rpc.deserialize_properties(request.object)),
-            dependencies=sorted(set(request.dependencies)),
-            provider=request.provider,
-            options={k: v for k, v in options.items() if v},
-        ))
+        self.recording.registrations.append(
+            Registration(
+                urn=response.urn,
+                type=request.type,
+                name=request.name,
+                parent=request.parent,
+                custom=request.custom,
+                inputs=_unwrap_secrets(rpc.deserialize_properties(request.object)),
+                dependencies=sorted(set(request.dependencies)),
+                provider=request.provider,
+                options={k: v for k, v in options.items() if v},
+            )
+        )
         return response
 
-    def RegisterResourceOutputs(self, request):  # noqa: N802 - gRPC method name
+    def RegisterResourceOutputs(self, request):
         if f"::{STACK_TYPE}::" in request.urn:
             self.recording.outputs = _unwrap_secrets(rpc.deserialize_properties(request.outputs))
         return super().RegisterResourceOutputs(request)
@@ -201,6 +221,12 @@ def stack_config(stack_file: Path) -> dict[str, Any]:
             merged[key] = declaration["default"]
     merged.update((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {})
     return merged
+
+
+def _run_main() -> None:
+    if str(PROJECT_ROOT) not in sys.path:
+        sys.path.insert(0, str(PROJECT_ROOT))
+    runpy.run_path(str(PROJECT_ROOT / "__main__.py"), run_name="__main__")
 
 
 def run_program(
@@ -222,13 +248,8 @@ def run_program(
     pulumi.runtime.set_all_config(
         {key: value if isinstance(value, str) else json.dumps(value) for key, value in config.items()}
     )
-    if program is None:
-        main = PROJECT_ROOT / "__main__.py"
-        if str(PROJECT_ROOT) not in sys.path:
-            sys.path.insert(0, str(PROJECT_ROOT))
-        program = lambda: runpy.run_path(str(main), run_name="__main__")  # noqa: E731
     # set_mocks made a finished root Stack; the CLI runs the program inside a fresh one whose outputs
     # are the exports, so replace it.
     pulumi.runtime.settings.ROOT.set(None)
-    _sync_await(run_in_stack(program))
+    _sync_await(run_in_stack(program or _run_main))
     return recording

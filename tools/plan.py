@@ -76,9 +76,16 @@ def _compact(value: Any) -> str:
 
 
 def _line(resource: Registration) -> str:
-    shown = [f"{key}={_compact(resource.inputs[key])}" for key in KEY_INPUTS.get(resource.type, ())
-             if key in resource.inputs]
-    flags = [f"ignoreChanges={','.join(resource.options['ignoreChanges'])}"] if "ignoreChanges" in resource.options else []
+    shown = [
+        f"{key}={_compact(resource.inputs[key])}"
+        for key in KEY_INPUTS.get(resource.type, ())
+        if key in resource.inputs
+    ]
+    flags = (
+        [f"ignoreChanges={','.join(resource.options['ignoreChanges'])}"]
+        if "ignoreChanges" in resource.options
+        else []
+    )
     return "  ".join([resource.type, resource.name, *shown, *flags])
 
 
@@ -108,12 +115,18 @@ def render_text(recording: Recording) -> str:
         lines.append(f"  {count:4d}  {type_}")
     pools = redact(recording.outputs.get("gpuPools", []))
     if pools:
-        lines += ["", "GPU pools:", f"  {'name':<14}{'instance type':<18}{'GPU model':<22}{'GPUs/node':>10}"
-                  f"{'min':>6}{'max':>6}  capacity"]
+        lines += [
+            "",
+            "GPU pools:",
+            f"  {'name':<14}{'instance type':<18}{'GPU model':<22}{'GPUs/node':>10}"
+            f"{'min':>6}{'max':>6}  capacity",
+        ]
         for pool in pools:
-            lines.append(f"  {pool['name']:<14}{pool['instanceType']:<18}{pool['gpuModel']:<22}"
-                         f"{pool['gpusPerNode']:>10}{pool['minNodes']:>6}{pool['maxNodes']:>6}  "
-                         f"{'spot' if pool['spot'] else 'on-demand'}")
+            lines.append(
+                f"  {pool['name']:<14}{pool['instanceType']:<18}{pool['gpuModel']:<22}"
+                f"{pool['gpusPerNode']:>10}{pool['minNodes']:>6}{pool['maxNodes']:>6}  "
+                f"{'spot' if pool['spot'] else 'on-demand'}"
+            )
     lines += ["", "Outputs:"]
     for key, value in sorted(redact(recording.outputs).items()):
         lines.append(f"  {key}: {_compact(value)}")
@@ -135,8 +148,10 @@ def stack_name(path: Path) -> str:
 def plan(stack: str) -> Recording:
     path = stack_file(stack)
     if not path.is_file():
-        raise FileNotFoundError(f"no stack file {path}; stacks: "
-                                + ", ".join(stack_name(p) for p in sorted((PROJECT_ROOT / "stacks").glob("Pulumi.*.yaml"))))
+        raise FileNotFoundError(
+            f"no stack file {path}; stacks: "
+            + ", ".join(stack_name(p) for p in sorted((PROJECT_ROOT / "stacks").glob("Pulumi.*.yaml")))
+        )
     return run_program(stack_name(path), stack_config(path))
 
 

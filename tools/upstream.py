@@ -66,7 +66,7 @@ def locate(relative_path: str, root: Path | None = None) -> Path:
 
 
 def _download(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 - https URLs from the manifest
+    with urllib.request.urlopen(url, timeout=60) as response:
         return response.read()
 
 

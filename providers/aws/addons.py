@@ -34,8 +34,14 @@ def default_storage_class_manifest() -> dict:
     }
 
 
-def addon(name: str, addon_name: str, cluster_name: pulumi.Input[str], parent: pulumi.Resource,
-          depends_on: Sequence[pulumi.Resource] = (), **kwargs) -> aws.eks.Addon:
+def addon(
+    name: str,
+    addon_name: str,
+    cluster_name: pulumi.Input[str],
+    parent: pulumi.Resource,
+    depends_on: Sequence[pulumi.Resource] = (),
+    **kwargs,
+) -> aws.eks.Addon:
     """An EKS-managed add-on at the default version for the cluster's Kubernetes version."""
     return aws.eks.Addon(
         f"{name}-{addon_name}",
@@ -48,20 +54,28 @@ def addon(name: str, addon_name: str, cluster_name: pulumi.Input[str], parent: p
     )
 
 
-def ebs_csi_driver(name: str, cluster_name: pulumi.Input[str], parent: pulumi.Resource,
-                   depends_on: Sequence[pulumi.Resource]) -> aws.eks.Addon:
+def ebs_csi_driver(
+    name: str, cluster_name: pulumi.Input[str], parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource]
+) -> aws.eks.Addon:
     """The EBS CSI add-on; its controller gets AWS credentials through Pod Identity, not the node role."""
     role = role_with_policies(f"{name}-ebs-csi", pod_identity_trust_policy(), EBS_CSI_POLICIES, parent=parent)
     return addon(
-        name, EBS_CSI_ADDON, cluster_name, parent, depends_on,
+        name,
+        EBS_CSI_ADDON,
+        cluster_name,
+        parent,
+        depends_on,
         pod_identity_associations=[
-            aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT)
+            aws.eks.AddonPodIdentityAssociationArgs(
+                role_arn=role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT
+            )
         ],
     )
 
 
-def default_storage_class(name: str, provider: k8s.Provider, parent: pulumi.Resource,
-                          depends_on: Sequence[pulumi.Resource]) -> k8s.storage.v1.StorageClass:
+def default_storage_class(
+    name: str, provider: k8s.Provider, parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource]
+) -> k8s.storage.v1.StorageClass:
     manifest = default_storage_class_manifest()
     return k8s.storage.v1.StorageClass(
         f"{name}-storage-class",

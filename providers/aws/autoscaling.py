@@ -25,7 +25,9 @@ def scale_from_zero_tags(template: NodeTemplate, scale_down_unneeded_time: str) 
         tags[f"{TEMPLATE_PREFIX}/taint/{taint.key}"] = f"{taint.value}:{taint.effect}"
     for resource, quantity in sorted(template.resources.items()):
         tags[f"{TEMPLATE_PREFIX}/resources/{resource}"] = quantity
-    tags[f"{TEMPLATE_PREFIX}/autoscaling-options/scaledownunneededtime"] = _go_duration(scale_down_unneeded_time)
+    tags[f"{TEMPLATE_PREFIX}/autoscaling-options/scaledownunneededtime"] = _go_duration(
+        scale_down_unneeded_time
+    )
     return tags
 
 
@@ -50,11 +52,20 @@ class AutoscalerIdentity(pulumi.ComponentResource):
 
     association: aws.eks.PodIdentityAssociation
 
-    def __init__(self, name: str, cluster_name: pulumi.Input[str], cluster_label: str,
-                 opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        cluster_name: pulumi.Input[str],
+        cluster_label: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
         super().__init__("gpu-k8s:aws:AutoscalerIdentity", name, None, opts)
         role = role_with_policies(
-            name, pod_identity_trust_policy(), (), parent=self, inline_policy=cluster_autoscaler_policy(cluster_label)
+            name,
+            pod_identity_trust_policy(),
+            (),
+            parent=self,
+            inline_policy=cluster_autoscaler_policy(cluster_label),
         )
         self.association = aws.eks.PodIdentityAssociation(
             f"{name}-association",

@@ -17,7 +17,12 @@ from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.spec import ClusterSpec, ConfigError, ConfigIssue, config_path, pool_child_name
 from providers.aws import addons
 from providers.aws.autoscaling import AutoscalerIdentity, autoscaler_cloud_values
-from providers.aws.iam import EKS_CLUSTER_POLICIES, EKS_NODE_POLICIES, role_with_policies, service_trust_policy
+from providers.aws.iam import (
+    EKS_CLUSTER_POLICIES,
+    EKS_NODE_POLICIES,
+    role_with_policies,
+    service_trust_policy,
+)
 from providers.aws.network import Network
 from providers.aws.nodes import (
     AL2023_NVIDIA_DRIVER_BRANCH,
@@ -48,29 +53,49 @@ def eks_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
         if family not in AL2023_NVIDIA_FAMILIES[machine.arch]:
             covered = ", ".join(sorted(AL2023_NVIDIA_FAMILIES[machine.arch]))
             yield ConfigIssue(
-                config_path("gpuPools", index, "instanceType"), pool.instance_type,
-                f"the EKS AL2023 NVIDIA AMI (driver {AL2023_NVIDIA_DRIVER_BRANCH}) does not cover the {family} family",
+                config_path("gpuPools", index, "instanceType"),
+                pool.instance_type,
+                f"the EKS AL2023 NVIDIA AMI (driver {AL2023_NVIDIA_DRIVER_BRANCH}) "
+                f"does not cover the {family} family",
                 f"use one of the covered families: {covered}",
             )
 
 
 def render_kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
     """A kubeconfig that authenticates with `aws eks get-token`, so it never holds a credential itself."""
-    return json.dumps({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": cluster_name, "cluster": {"server": endpoint, "certificate-authority-data": ca_data}}],
-        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
-        "current-context": cluster_name,
-        "users": [{
-            "name": cluster_name,
-            "user": {"exec": {
-                "apiVersion": "client.authentication.k8s.io/v1beta1",
-                "command": "aws",
-                "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region, "--output", "json"],
-            }},
-        }],
-    }, indent=2)
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": cluster_name, "cluster": {"server": endpoint, "certificate-authority-data": ca_data}}
+            ],
+            "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
+            "current-context": cluster_name,
+            "users": [
+                {
+                    "name": cluster_name,
+                    "user": {
+                        "exec": {
+                            "apiVersion": "client.authentication.k8s.io/v1beta1",
+                            "command": "aws",
+                            "args": [
+                                "eks",
+                                "get-token",
+                                "--cluster-name",
+                                cluster_name,
+                                "--region",
+                                region,
+                                "--output",
+                                "json",
+                            ],
+                        }
+                    },
+                }
+            ],
+        },
+        indent=2,
+    )
 
 
 @dataclass(frozen=True)
@@ -153,13 +178,17 @@ class EksCluster(pulumi.ComponentResource):
         for pool in pools:
             GpuNodePool(pool_child_name(name, pool.spec.name), pool, ctx, opts=child)
 
-        kubeconfig = pulumi.Output.secret(pulumi.Output.all(cluster.name, cluster.endpoint,
-                                                            cluster.certificate_authority.data).apply(
-            lambda parts: render_kubeconfig(parts[0], parts[1], parts[2], args.region)))
+        kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
+            pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data).apply(
+                lambda parts: render_kubeconfig(parts[0], parts[1], parts[2], args.region)
+            )
+        )
         k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig, opts=child)
         system_ready = [system_nodes, coredns, admin_access]
         addons.default_storage_class(name, k8s_provider, self, depends_on=[ebs_csi, *system_ready])
-        self.autoscaler_identity = AutoscalerIdentity(f"{name}-autoscaler-identity", cluster.name, spec.name, opts=child)
+        self.autoscaler_identity = AutoscalerIdentity(
+            f"{name}-autoscaler-identity", cluster.name, spec.name, opts=child
+        )
 
         self.handle = GpuCluster(
             name=spec.name,
@@ -170,15 +199,22 @@ class EksCluster(pulumi.ComponentResource):
             traits=EKS_TRAITS,
             system_ready=system_ready,
         )
-        self.register_outputs({"clusterName": cluster.name, "endpoint": cluster.endpoint, "kubeconfig": kubeconfig})
+        self.register_outputs(
+            {"clusterName": cluster.name, "endpoint": cluster.endpoint, "kubeconfig": kubeconfig}
+        )
 
-    def _deployer_admin_access(self, name: str, cluster_name: pulumi.Output[str]) -> aws.eks.AccessPolicyAssociation:
+    def _deployer_admin_access(
+        self, name: str, cluster_name: pulumi.Output[str]
+    ) -> aws.eks.AccessPolicyAssociation:
         """Cluster-admin for whoever runs `pulumi up`: the IAM role behind an assumed-role session."""
         invoke = pulumi.InvokeOutputOptions(parent=self)
         caller = aws.get_caller_identity_output(opts=invoke)
         principal = aws.iam.get_session_context_output(arn=caller.arn, opts=invoke).issuer_arn
         entry = aws.eks.AccessEntry(
-            f"{name}-deployer-access", cluster_name=cluster_name, principal_arn=principal, type="STANDARD",
+            f"{name}-deployer-access",
+            cluster_name=cluster_name,
+            principal_arn=principal,
+            type="STANDARD",
             opts=pulumi.ResourceOptions(parent=self),
         )
         return aws.eks.AccessPolicyAssociation(
@@ -194,8 +230,16 @@ class EksCluster(pulumi.ComponentResource):
 def _region() -> str:
     region = pulumi.Config("aws").get("region")
     if not region:
-        raise ConfigError([ConfigIssue("aws:region", None, "is not set",
-                                       "pulumi config set aws:region us-east-1 (or set it in the stack file)")])
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    "aws:region",
+                    None,
+                    "is not set",
+                    "pulumi config set aws:region us-east-1 (or set it in the stack file)",
+                )
+            ]
+        )
     return region
 
 
@@ -207,10 +251,13 @@ def build(spec: ClusterSpec) -> GpuCluster:
     if issues:
         raise ConfigError(issues)
     provider = aws.Provider(
-        f"{spec.name}-aws", region=region,
+        f"{spec.name}-aws",
+        region=region,
         default_tags=aws.ProviderDefaultTagsArgs(tags={"gpu-k8s.io/cluster": spec.name}),
     )
-    eks = EksCluster(spec.name, EksClusterArgs(spec, region, catalog), opts=pulumi.ResourceOptions(providers=[provider]))
+    eks = EksCluster(
+        spec.name, EksClusterArgs(spec, region, catalog), opts=pulumi.ResourceOptions(providers=[provider])
+    )
     cluster = eks.handle
     GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator))
     ClusterAutoscaler(

@@ -79,8 +79,13 @@ def cluster_autoscaler_policy(cluster_name: str) -> dict[str, Any]:
             {
                 "Sid": "ScaleOnlyThisClustersGroups",
                 "Effect": "Allow",
-                "Action": ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
-                "Resource": f"arn:aws:autoscaling:*:*:autoScalingGroup:*:autoScalingGroupName/eks-{cluster_name}-*",
+                "Action": [
+                    "autoscaling:SetDesiredCapacity",
+                    "autoscaling:TerminateInstanceInAutoScalingGroup",
+                ],
+                "Resource": (
+                    f"arn:aws:autoscaling:*:*:autoScalingGroup:*:autoScalingGroupName/eks-{cluster_name}-*"
+                ),
                 "Condition": {
                     "StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}
                 },
@@ -101,10 +106,16 @@ def role_with_policies(
     role = aws.iam.Role(f"{name}-role", assume_role_policy=json.dumps(trust_policy), opts=child)
     for arn in managed_policy_arns:
         aws.iam.RolePolicyAttachment(
-            f"{name}-{arn.rsplit('/', 1)[-1]}", role=role.name, policy_arn=arn, opts=pulumi.ResourceOptions(parent=role)
+            f"{name}-{arn.rsplit('/', 1)[-1]}",
+            role=role.name,
+            policy_arn=arn,
+            opts=pulumi.ResourceOptions(parent=role),
         )
     if inline_policy is not None:
         aws.iam.RolePolicy(
-            f"{name}-policy", role=role.id, policy=json.dumps(inline_policy), opts=pulumi.ResourceOptions(parent=role)
+            f"{name}-policy",
+            role=role.id,
+            policy=json.dumps(inline_policy),
+            opts=pulumi.ResourceOptions(parent=role),
         )
     return role

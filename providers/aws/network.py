@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 from dataclasses import dataclass
@@ -36,6 +37,10 @@ def subnet_plan(vpc_cidr: str, zone_count: int) -> list[SubnetPlan]:
     return [SubnetPlan(i, str(private[i]), str(public[i])) for i in range(zone_count)]
 
 
+def _nth(index: int, names: list[str]) -> str:
+    return names[index]
+
+
 def subnet_tags(cluster_name: str, tier: str) -> dict[str, str]:
     """Tags the AWS load balancer integrations use to find subnets for internal/internet-facing LBs."""
     role = "kubernetes.io/role/internal-elb" if tier == "private" else "kubernetes.io/role/elb"
@@ -49,7 +54,9 @@ class Network(pulumi.ComponentResource):
     private_subnet_ids: list[pulumi.Output[str]]
     public_subnet_ids: list[pulumi.Output[str]]
 
-    def __init__(self, name: str, cluster_name: str, spec: NetworkSpec, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self, name: str, cluster_name: str, spec: NetworkSpec, opts: pulumi.ResourceOptions | None = None
+    ):
         super().__init__("gpu-k8s:aws:Network", name, None, opts)
         if not spec.creates_vpc:
             assert spec.vpc_id is not None
@@ -62,7 +69,9 @@ class Network(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         zones = aws.get_availability_zones_output(
             state="available",
-            filters=[aws.GetAvailabilityZonesFilterArgs(name="opt-in-status", values=["opt-in-not-required"])],
+            filters=[
+                aws.GetAvailabilityZonesFilterArgs(name="opt-in-status", values=["opt-in-not-required"])
+            ],
             opts=pulumi.InvokeOutputOptions(parent=self),
         )
         vpc = aws.ec2.Vpc(
@@ -73,7 +82,9 @@ class Network(pulumi.ComponentResource):
             tags={"Name": cluster_name},
             opts=child,
         )
-        gateway = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags={"Name": cluster_name}, opts=child)
+        gateway = aws.ec2.InternetGateway(
+            f"{name}-igw", vpc_id=vpc.id, tags={"Name": cluster_name}, opts=child
+        )
         public_routes = aws.ec2.RouteTable(
             f"{name}-public-rt",
             vpc_id=vpc.id,
@@ -83,7 +94,7 @@ class Network(pulumi.ComponentResource):
         )
         self.private_subnet_ids, self.public_subnet_ids = [], []
         for plan in subnet_plan(spec.cidr, spec.availability_zones):
-            zone = zones.names.apply(lambda names, i=plan.zone_index: names[i])
+            zone = zones.names.apply(functools.partial(_nth, plan.zone_index))
             suffix = f"{plan.zone_index}"
             public = aws.ec2.Subnet(
                 f"{name}-public-{suffix}",
@@ -96,9 +107,14 @@ class Network(pulumi.ComponentResource):
                 opts=child,
             )
             aws.ec2.RouteTableAssociation(
-                f"{name}-public-{suffix}-rta", subnet_id=public.id, route_table_id=public_routes.id, opts=child
+                f"{name}-public-{suffix}-rta",
+                subnet_id=public.id,
+                route_table_id=public_routes.id,
+                opts=child,
             )
-            nat_ip = aws.ec2.Eip(f"{name}-nat-{suffix}-eip", domain="vpc", tags={"Name": cluster_name}, opts=child)
+            nat_ip = aws.ec2.Eip(
+                f"{name}-nat-{suffix}-eip", domain="vpc", tags={"Name": cluster_name}, opts=child
+            )
             nat = aws.ec2.NatGateway(
                 f"{name}-nat-{suffix}",
                 subnet_id=public.id,
@@ -123,7 +139,10 @@ class Network(pulumi.ComponentResource):
                 opts=child,
             )
             aws.ec2.RouteTableAssociation(
-                f"{name}-private-{suffix}-rta", subnet_id=private.id, route_table_id=private_routes.id, opts=child
+                f"{name}-private-{suffix}-rta",
+                subnet_id=private.id,
+                route_table_id=private_routes.id,
+                opts=child,
             )
             self.private_subnet_ids.append(private.id)
             self.public_subnet_ids.append(public.id)

@@ -19,8 +19,25 @@ from providers.aws.autoscaling import scale_from_zero_tags
 # Families the EKS-optimized AL2023 NVIDIA AMIs cover (EKS user guide, ml-eks-optimized-ami; REFERENCE 3.1).
 # g7 is missing on purpose: it needs driver >= 595 and the AMIs ship the 580 branch.
 AL2023_NVIDIA_FAMILIES = {
-    "x86_64": {"p6-b300", "p6-b200", "p5", "p5e", "p5en", "p4d", "p4de", "p3", "p3dn", "g7e", "gr6", "g6",
-               "g6e", "g6f", "gr6f", "g5", "g4dn"},
+    "x86_64": {
+        "p6-b300",
+        "p6-b200",
+        "p5",
+        "p5e",
+        "p5en",
+        "p4d",
+        "p4de",
+        "p3",
+        "p3dn",
+        "g7e",
+        "gr6",
+        "g6",
+        "g6e",
+        "g6f",
+        "gr6f",
+        "g5",
+        "g4dn",
+    },
     "arm64": {"p6e-gb200", "p6e-gb300", "g5g"},
 }
 # Driver branch of the EKS accelerated AMIs ("currently include NVIDIA driver version 580", EKS MIG guide).
@@ -29,7 +46,11 @@ ROOT_DEVICE = "/dev/xvda"
 # EC2 naming: Graviton families carry a "g" right after the generation digit (m7g, c8gd, r7gn).
 _GRAVITON_FAMILY = re.compile(r"^[a-z]+\d+g[a-z]*\.")
 
-TAINT_EFFECTS = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
+TAINT_EFFECTS = {
+    "NoSchedule": "NO_SCHEDULE",
+    "NoExecute": "NO_EXECUTE",
+    "PreferNoSchedule": "PREFER_NO_SCHEDULE",
+}
 
 
 def gpu_ami_type(machine: MachineType) -> str:
@@ -42,10 +63,15 @@ def system_ami_type(instance_type: str) -> str:
 
 
 def eks_taints(taints: Sequence[TaintSpec]) -> list[aws.eks.NodeGroupTaintArgs]:
-    return [aws.eks.NodeGroupTaintArgs(key=t.key, value=t.value or None, effect=TAINT_EFFECTS[t.effect]) for t in taints]
+    return [
+        aws.eks.NodeGroupTaintArgs(key=t.key, value=t.value or None, effect=TAINT_EFFECTS[t.effect])
+        for t in taints
+    ]
 
 
-def node_group_options(parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource]) -> pulumi.ResourceOptions:
+def node_group_options(
+    parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource]
+) -> pulumi.ResourceOptions:
     """The autoscaler owns the node count: Pulumi must never reset it to the value in the program."""
     return pulumi.ResourceOptions(
         parent=parent, depends_on=list(depends_on), ignore_changes=["scalingConfig.desiredSize"]
@@ -59,7 +85,10 @@ def _launch_template(name: str, disk_size_gib: int, parent: pulumi.Resource) -> 
             aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
                 device_name=ROOT_DEVICE,
                 ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                    volume_size=disk_size_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"
+                    volume_size=disk_size_gib,
+                    volume_type="gp3",
+                    encrypted="true",
+                    delete_on_termination="true",
                 ),
             )
         ],
@@ -85,8 +114,9 @@ class NodeGroupContext:
     depends_on: Sequence[pulumi.Resource]
 
 
-def system_node_group(name: str, spec: SystemPoolSpec, ctx: NodeGroupContext,
-                      parent: pulumi.Resource) -> aws.eks.NodeGroup:
+def system_node_group(
+    name: str, spec: SystemPoolSpec, ctx: NodeGroupContext, parent: pulumi.Resource
+) -> aws.eks.NodeGroup:
     """On-demand CPU nodes with a fixed size for CoreDNS, the operator and the autoscaler."""
     template = _launch_template(name, spec.disk_size_gib, parent)
     return aws.eks.NodeGroup(
@@ -101,7 +131,9 @@ def system_node_group(name: str, spec: SystemPoolSpec, ctx: NodeGroupContext,
         scaling_config=aws.eks.NodeGroupScalingConfigArgs(
             min_size=spec.nodes, max_size=spec.nodes, desired_size=spec.nodes
         ),
-        launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str)),
+        launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+            id=template.id, version=template.latest_version.apply(str)
+        ),
         labels={POOL_LABEL: SYSTEM_POOL_NAME},
         update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=list(ctx.depends_on)),
@@ -114,7 +146,9 @@ class GpuNodePool(pulumi.ComponentResource):
     node_group: aws.eks.NodeGroup
     autoscaling_group_name: pulumi.Output[str]
 
-    def __init__(self, name: str, pool: GpuPool, ctx: NodeGroupContext, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self, name: str, pool: GpuPool, ctx: NodeGroupContext, opts: pulumi.ResourceOptions | None = None
+    ):
         super().__init__("gpu-k8s:aws:GpuNodePool", name, None, opts)
         spec = pool.spec
         template = _launch_template(name, spec.disk_size_gib, self)
@@ -139,9 +173,7 @@ class GpuNodePool(pulumi.ComponentResource):
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
             opts=node_group_options(self, ctx.depends_on),
         )
-        self.autoscaling_group_name = self.node_group.resources.apply(
-            lambda resources: resources[0].autoscaling_groups[0].name
-        )
+        self.autoscaling_group_name = self.node_group.resources.apply(_autoscaling_group_name)
         tags = scale_from_zero_tags(node_template(pool), spec.scale_down_unneeded_time)
         for key, suffix in tag_resource_suffixes(tags).items():
             aws.autoscaling.Tag(
@@ -150,8 +182,19 @@ class GpuNodePool(pulumi.ComponentResource):
                 tag=aws.autoscaling.TagTagArgs(key=key, value=tags[key], propagate_at_launch=False),
                 opts=pulumi.ResourceOptions(parent=self),
             )
-        self.register_outputs({"nodeGroupName": self.node_group.node_group_name,
-                               "autoscalingGroupName": self.autoscaling_group_name})
+        self.register_outputs(
+            {
+                "nodeGroupName": self.node_group.node_group_name,
+                "autoscalingGroupName": self.autoscaling_group_name,
+            }
+        )
+
+
+def _autoscaling_group_name(resources: Sequence[aws.eks.outputs.NodeGroupResource]) -> str:
+    """The Auto Scaling group EKS created for a managed node group (one per group)."""
+    groups = resources[0].autoscaling_groups or []
+    assert groups and groups[0].name, "EKS reports one Auto Scaling group per managed node group"
+    return groups[0].name
 
 
 def tag_resource_suffixes(tags: dict[str, str]) -> dict[str, str]:

@@ -1,0 +1,122 @@
+"""Pure functions: subnet planning, autoscaler tags, operator values per platform, kubeconfig."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from components.catalog import load_catalog
+from components.cluster import PlatformTraits, resolve_pools
+from components.gpu_operator import operator_values
+from components.spec import load_spec
+from providers.aws.autoscaling import _go_duration, scale_from_zero_tags
+from providers.aws.eks import render_kubeconfig
+from providers.aws.network import subnet_plan
+from providers.aws.nodes import system_ami_type, tag_resource_suffixes
+
+
+@given(prefix=st.integers(16, 20), zones=st.integers(2, 6), base=st.integers(0, 255))
+def test_subnet_plan_is_disjoint_and_inside_the_vpc(prefix, zones, base):
+    vpc = ipaddress.IPv4Network(f"10.{base}.0.0/{prefix}", strict=False)
+    plan = subnet_plan(str(vpc), zones)
+    subnets = [ipaddress.IPv4Network(c) for p in plan for c in (p.private_cidr, p.public_cidr)]
+    assert len(plan) == zones
+    assert all(s.subnet_of(vpc) for s in subnets)
+    assert all(not a.overlaps(b) for i, a in enumerate(subnets) for b in subnets[i + 1 :])
+    # AWS subnets can be no smaller than /28.
+    assert all(s.prefixlen <= 28 for s in subnets)
+
+
+def test_subnet_plan_of_the_example():
+    plan = subnet_plan("10.40.0.0/16", 3)
+    assert [(p.private_cidr, p.public_cidr) for p in plan] == [
+        ("10.40.0.0/19", "10.40.128.0/21"),
+        ("10.40.32.0/19", "10.40.136.0/21"),
+        ("10.40.64.0/19", "10.40.144.0/21"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("given_", "expected"), [("5m", "5m0s"), ("90s", "1m30s"), ("1h", "1h0m0s"), ("2h5m", "2h5m0s")]
+)
+def test_durations_are_normalised_like_go(given_, expected):
+    assert _go_duration(given_) == expected
+
+
+def test_tag_suffixes_stay_unique_when_keys_read_alike():
+    prefix = "k8s.io/cluster-autoscaler/node-template/label/"
+    suffixes = tag_resource_suffixes({f"{prefix}a.b": "1", f"{prefix}a-b": "2"})
+    assert len(set(suffixes.values())) == 2
+
+
+def test_system_pool_ami_follows_the_architecture():
+    assert system_ami_type("m7i.large") == "AL2023_x86_64_STANDARD"
+    assert system_ami_type("m7g.large") == "AL2023_ARM_64_STANDARD"
+    assert system_ami_type("c8gd.xlarge") == "AL2023_ARM_64_STANDARD"
+
+
+@pytest.fixture
+def pools(cluster_raw):
+    return resolve_pools(load_spec(cluster_raw), load_catalog(), "k8s.amazonaws.com/accelerator")
+
+
+def test_scale_from_zero_tags_cover_labels_taints_and_gpus(pools):
+    from components.autoscaler import node_template
+
+    tags = scale_from_zero_tags(node_template(pools[1]), "5m")
+    prefix = "k8s.io/cluster-autoscaler/node-template"
+    assert tags[f"{prefix}/resources/nvidia.com/gpu"] == "8"
+    assert tags[f"{prefix}/taint/nvidia.com/gpu"] == "true:NoSchedule"
+    assert tags[f"{prefix}/label/k8s.amazonaws.com/accelerator"] == "nvidia-h100-80gb"
+
+
+def test_operator_values_follow_platform_traits(pools):
+    # A platform where the operator owns the driver and containerd lives elsewhere (k3s-like).
+    traits = PlatformTraits(
+        driver_owner="gpu-operator",
+        driver_branch="595",
+        toolkit_preinstalled=False,
+        accelerator_label="k8s.amazonaws.com/accelerator",
+        containerd_socket="/run/k3s/containerd/containerd.sock",
+    )
+    values = operator_values(traits, pools)
+    assert values["driver"] == {"enabled": True}
+    assert values["toolkit"]["enabled"] is True
+    assert values["toolkit"]["env"] == [
+        {"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"}
+    ]
+    gke_like = PlatformTraits(
+        driver_owner="cloud-installer",
+        driver_branch="580",
+        toolkit_preinstalled=False,
+        accelerator_label="cloud.google.com/gke-accelerator",
+        driver_install_dir="/home/kubernetes/bin/nvidia",
+        toolkit_install_dir="/home/kubernetes/bin/nvidia",
+    )
+    values = operator_values(gke_like, pools)
+    assert values["driver"] == {"enabled": False}
+    assert values["hostPaths"] == {"driverInstallDir": "/home/kubernetes/bin/nvidia"}
+    assert values["toolkit"]["installDir"] == "/home/kubernetes/bin/nvidia"
+
+
+def test_kubeconfig_structure():
+    config = json.loads(render_kubeconfig("ml", "https://x.eks.amazonaws.com", "Q0E=", "eu-west-1"))
+    assert config["current-context"] == "ml"
+    assert config["clusters"][0]["cluster"] == {
+        "server": "https://x.eks.amazonaws.com",
+        "certificate-authority-data": "Q0E=",
+    }
+    assert config["users"][0]["user"]["exec"]["args"] == [
+        "eks",
+        "get-token",
+        "--cluster-name",
+        "ml",
+        "--region",
+        "eu-west-1",
+        "--output",
+        "json",
+    ]

@@ -1,0 +1,53 @@
+"""The upstream contract-data manifest and its fetch/verify tool (no network: downloads are faked)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from tools import upstream as up
+
+
+def test_manifest_pins_every_file_to_a_commit():
+    files = up.manifest()
+    assert len(files) >= 80
+    for entry in files:
+        assert entry.url.startswith("https://raw.githubusercontent.com/")
+        assert len(entry.url.split("/")[5]) == 40, entry.url  # the commit sha, never a branch
+        assert len(entry.sha256) == 64
+
+
+def test_fetch_writes_verified_files_and_skips_present_ones(tmp_path: Path, monkeypatch):
+    entry = up.UpstreamFile(
+        "chart/values.yaml", "https://example.invalid/values.yaml", hashlib.sha256(b"a: 1\n").hexdigest()
+    )
+    monkeypatch.setattr(up, "manifest", lambda: [entry])
+    calls = []
+
+    def fake_download(url: str) -> bytes:
+        calls.append(url)
+        return b"a: 1\n"
+
+    assert up.fetch(tmp_path, fake_download) == ["chart/values.yaml"]
+    assert up.fetch(tmp_path, fake_download) == []
+    assert calls == [entry.url]
+    assert up.verify(tmp_path) == []
+
+
+def test_fetch_refuses_a_tampered_download(tmp_path: Path, monkeypatch):
+    entry = up.UpstreamFile("x.yaml", "https://example.invalid/x.yaml", hashlib.sha256(b"good").hexdigest())
+    monkeypatch.setattr(up, "manifest", lambda: [entry])
+    with pytest.raises(up.UpstreamMissing, match="not written"):
+        up.fetch(tmp_path, lambda url: b"evil")
+    assert not (tmp_path / "x.yaml").exists()
+
+
+def test_locate_rejects_an_altered_file(tmp_path: Path, monkeypatch):
+    entry = up.UpstreamFile("x.yaml", "https://example.invalid/x.yaml", hashlib.sha256(b"good").hexdigest())
+    monkeypatch.setattr(up, "manifest", lambda: [entry])
+    (tmp_path / "x.yaml").write_bytes(b"changed")
+    with pytest.raises(up.UpstreamMissing, match="sha256"):
+        up.locate("x.yaml", tmp_path)
+    assert up.verify(tmp_path)
