@@ -6,6 +6,8 @@ identity the pod runs with) as plain values; this module adds what every platfor
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +32,28 @@ AUTOSCALER_IMAGE_TAGS = {"1.33": "v1.33.5", "1.34": "v1.34.4", "1.35": "v1.35.2"
 COMMON_FLAGS: Mapping[str, Any] = {"skip-nodes-with-local-storage": False, "expander": "least-waste"}
 
 
+def _duration_seconds(duration: str) -> int:
+    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", duration)
+    assert match is not None, "validated by load_spec"
+    hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def go_duration(duration: str) -> str:
+    """Normalise "5m" or "1h30m" to the form Go's time.Duration prints ("5m0s")."""
+    hours, rest = divmod(_duration_seconds(duration), 3600)
+    minutes, seconds = divmod(rest, 60)
+    return (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "") + f"{seconds}s"
+
+
+def cluster_scale_down_unneeded_time(pools: Sequence[GpuPool]) -> str:
+    """The cluster-wide `--scale-down-unneeded-time`: the value most GPU pools ask for (the shortest on a
+    tie, since idle GPUs are the cost to avoid). The system pool has a fixed size, so only GPU pools count;
+    pools that differ get a per-group override in their template."""
+    counts = Counter(go_duration(pool.spec.scale_down_unneeded_time) for pool in pools)
+    return min(counts, key=lambda value: (-counts[value], _duration_seconds(value)))
+
+
 @dataclass(frozen=True)
 class NodeTemplate:
     """What a node of a pool will look like once it exists, for scale-from-zero decisions."""
@@ -37,21 +61,31 @@ class NodeTemplate:
     labels: Mapping[str, str]
     taints: tuple[TaintSpec, ...]
     resources: Mapping[str, str]
+    # Set only when the pool's idle time differs from the cluster-wide flag.
+    scale_down_unneeded_time: str | None = None
 
 
-def node_template(pool: GpuPool) -> NodeTemplate:
+def node_template(pool: GpuPool, cluster_unneeded_time: str) -> NodeTemplate:
     """The template the autoscaler must assume for a pool that has no node yet."""
+    own = go_duration(pool.spec.scale_down_unneeded_time)
     return NodeTemplate(
         labels=dict(pool.node_labels),
         taints=pool.taints,
         resources={"nvidia.com/gpu": str(pool.gpus_per_node)},
+        scale_down_unneeded_time=None if own == cluster_unneeded_time else own,
     )
 
 
-def autoscaler_values(kubernetes_minor: str, cloud_values: Mapping[str, Any]) -> dict[str, Any]:
+def autoscaler_values(
+    kubernetes_minor: str, cloud_values: Mapping[str, Any], pools: Sequence[GpuPool]
+) -> dict[str, Any]:
     """Helm values for the cluster-autoscaler chart: shared settings, then the provider's."""
     cloud = dict(cloud_values)
-    extra_args = {**COMMON_FLAGS, **cloud.pop("extraArgs", {})}
+    extra_args = {
+        **COMMON_FLAGS,
+        "scale-down-unneeded-time": cluster_scale_down_unneeded_time(pools),
+        **cloud.pop("extraArgs", {}),
+    }
     return {
         "image": {"tag": AUTOSCALER_IMAGE_TAGS[kubernetes_minor]},
         "rbac": {"serviceAccount": {"create": True, "name": AUTOSCALER_SERVICE_ACCOUNT}},
@@ -89,7 +123,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=AUTOSCALER_HELM_REPO),
                 namespace=AUTOSCALER_NAMESPACE,
                 values=autoscaler_values(
-                    ".".join(cluster.kubernetes_version.split(".")[:2]), args.cloud_values
+                    ".".join(cluster.kubernetes_version.split(".")[:2]), args.cloud_values, cluster.pools
                 ),
             ),
             opts=pulumi.ResourceOptions(

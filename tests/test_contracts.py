@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -253,14 +256,29 @@ def test_managed_policy_arns_are_well_formed(aws_eks):
         assert attachment.inputs["policyArn"].startswith("arn:aws:iam::aws:policy/")
 
 
+def venv_tool(name: str) -> str:
+    """A linter installed by a dev dependency: beside this interpreter even when the venv is not activated."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.is_file() else shutil.which(name)
+    assert found, f"{name} is not installed; run `make test` (it installs the dev dependencies)"
+    return found
+
+
 def test_ci_script_passes_shellcheck():
-    result = subprocess.run(["shellcheck", str(PROJECT_ROOT / ".ci" / "run")], capture_output=True, text=True)
+    result = subprocess.run(
+        [venv_tool("shellcheck"), str(PROJECT_ROOT / ".ci" / "run")], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout
 
 
 def test_preview_workflow_passes_actionlint():
     workflow = PROJECT_ROOT / ".github" / "workflows" / "preview.yml"
-    result = subprocess.run(["actionlint", str(workflow)], capture_output=True, text=True)
+    # actionlint runs shellcheck on `run:` steps when it finds it on PATH.
+    env = {
+        **os.environ,
+        "PATH": f"{Path(venv_tool('shellcheck')).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    result = subprocess.run([venv_tool("actionlint"), str(workflow)], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

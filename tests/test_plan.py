@@ -83,7 +83,7 @@ def test_text_plan_shows_tree_dependencies_and_pool_summary(aws_eks):
 def test_cli_prints_the_plan():
     result = run_plan("aws-eks")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("Offline plan of stack aws-eks: 75 resources")
+    assert result.stdout.startswith("Offline plan of stack aws-eks: 73 resources")
 
 
 def test_cli_bad_config_exits_2_with_message_on_stderr_only(tmp_path: Path):

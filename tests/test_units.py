@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from components.autoscaler import cluster_scale_down_unneeded_time, go_duration, node_template
 from components.catalog import load_catalog
 from components.cluster import PlatformTraits, resolve_pools
 from components.gpu_operator import operator_values
 from components.spec import load_spec
-from providers.aws.autoscaling import _go_duration, scale_from_zero_tags
+from providers.aws.autoscaling import scale_from_zero_tags
 from providers.aws.eks import render_kubeconfig
 from providers.aws.network import subnet_plan
 from providers.aws.nodes import system_ami_type, tag_resource_suffixes
@@ -44,7 +45,7 @@ def test_subnet_plan_of_the_example():
     ("given_", "expected"), [("5m", "5m0s"), ("90s", "1m30s"), ("1h", "1h0m0s"), ("2h5m", "2h5m0s")]
 )
 def test_durations_are_normalised_like_go(given_, expected):
-    assert _go_duration(given_) == expected
+    assert go_duration(given_) == expected
 
 
 def test_tag_suffixes_stay_unique_when_keys_read_alike():
@@ -65,13 +66,27 @@ def pools(cluster_raw):
 
 
 def test_scale_from_zero_tags_cover_labels_taints_and_gpus(pools):
-    from components.autoscaler import node_template
-
-    tags = scale_from_zero_tags(node_template(pools[1]), "5m")
+    tags = scale_from_zero_tags(node_template(pools[1], "5m0s"))
     prefix = "k8s.io/cluster-autoscaler/node-template"
     assert tags[f"{prefix}/resources/nvidia.com/gpu"] == "8"
     assert tags[f"{prefix}/taint/nvidia.com/gpu"] == "true:NoSchedule"
     assert tags[f"{prefix}/label/k8s.amazonaws.com/accelerator"] == "nvidia-h100-80gb"
+    assert not any("autoscaling-options" in key for key in tags)
+    # A pool whose idle time differs from the cluster-wide flag carries its own.
+    tags = scale_from_zero_tags(node_template(pools[1], "10m0s"))
+    assert tags[f"{prefix}/autoscaling-options/scaledownunneededtime"] == "5m0s"
+
+
+def test_cluster_idle_time_is_what_most_pools_ask_for(cluster_raw):
+    def pools_with(times):
+        cluster_raw["gpuPools"] = [
+            {"name": f"p{i}", "instanceType": "g6.xlarge", "maxNodes": 1, "scaleDownUnneededTime": t}
+            for i, t in enumerate(times)
+        ]
+        return resolve_pools(load_spec(cluster_raw), load_catalog(), "k8s.amazonaws.com/accelerator")
+
+    assert cluster_scale_down_unneeded_time(pools_with(["5m", "10m", "10m"])) == "10m0s"
+    assert cluster_scale_down_unneeded_time(pools_with(["15m", "300s"])) == "5m0s"
 
 
 def test_operator_values_follow_platform_traits(pools):

@@ -12,6 +12,7 @@ import hashlib
 import json
 import runpy
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,13 +162,30 @@ class DefaultProviderError(Exception):
     """A custom resource fell back to a default provider although the project disables them."""
 
 
+class _InputCapture(pulumi_mocks.Mocks):
+    """Wraps the mocks to keep the inputs the monitor already deserialized, per registering thread."""
+
+    def __init__(self, inner: pulumi_mocks.Mocks):
+        self.inner = inner
+        self.local = threading.local()
+
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str | None, dict]:
+        self.local.inputs = args.inputs
+        return self.inner.new_resource(args)
+
+    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list | None]:
+        return self.inner.call(args)
+
+
 class RecordingMonitor(pulumi_mocks.MockMonitor):
     """A MockMonitor that keeps every registration and the stack outputs."""
 
     def __init__(self, mocks: pulumi_mocks.Mocks, recording: Recording, deny_default_providers: bool):
-        super().__init__(mocks)
+        self.capture = _InputCapture(mocks)
+        super().__init__(self.capture)
         self.recording = recording
         self.deny_default_providers = deny_default_providers
+        self.lock = threading.Lock()
 
     def RegisterResource(self, request):
         is_provider = request.type.startswith("pulumi:providers:")
@@ -187,19 +205,19 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             "additionalSecretOutputs": list(request.additionalSecretOutputs),
             "aliases": [str(a) for a in request.aliasURNs],
         }
-        self.recording.registrations.append(
-            Registration(
-                urn=response.urn,
-                type=request.type,
-                name=request.name,
-                parent=request.parent,
-                custom=request.custom,
-                inputs=_unwrap_secrets(rpc.deserialize_properties(request.object)),
-                dependencies=sorted(set(request.dependencies)),
-                provider=request.provider,
-                options={k: v for k, v in options.items() if v},
-            )
+        registration = Registration(
+            urn=response.urn,
+            type=request.type,
+            name=request.name,
+            parent=request.parent,
+            custom=request.custom,
+            inputs=_unwrap_secrets(self.capture.local.inputs),
+            dependencies=sorted(set(request.dependencies)),
+            provider=request.provider,
+            options={k: v for k, v in options.items() if v},
         )
+        with self.lock:
+            self.recording.registrations.append(registration)
         return response
 
     def RegisterResourceOutputs(self, request):

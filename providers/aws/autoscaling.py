@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pulumi
@@ -14,7 +13,7 @@ from providers.aws.iam import cluster_autoscaler_policy, pod_identity_trust_poli
 TEMPLATE_PREFIX = "k8s.io/cluster-autoscaler/node-template"
 
 
-def scale_from_zero_tags(template: NodeTemplate, scale_down_unneeded_time: str) -> dict[str, str]:
+def scale_from_zero_tags(template: NodeTemplate) -> dict[str, str]:
     """ASG tags from which the autoscaler builds a node of an empty group (cloudprovider/aws/README.md).
 
     EKS does not copy node group labels and taints to the ASG, so a group at zero would otherwise look
@@ -25,21 +24,11 @@ def scale_from_zero_tags(template: NodeTemplate, scale_down_unneeded_time: str) 
         tags[f"{TEMPLATE_PREFIX}/taint/{taint.key}"] = f"{taint.value}:{taint.effect}"
     for resource, quantity in sorted(template.resources.items()):
         tags[f"{TEMPLATE_PREFIX}/resources/{resource}"] = quantity
-    tags[f"{TEMPLATE_PREFIX}/autoscaling-options/scaledownunneededtime"] = _go_duration(
-        scale_down_unneeded_time
-    )
+    if template.scale_down_unneeded_time:
+        tags[f"{TEMPLATE_PREFIX}/autoscaling-options/scaledownunneededtime"] = (
+            template.scale_down_unneeded_time
+        )
     return tags
-
-
-def _go_duration(duration: str) -> str:
-    """Normalise "5m" or "1h30m" to the form Go's time.Duration prints ("5m0s")."""
-    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", duration)
-    assert match is not None, "validated by load_spec"
-    hours, minutes, seconds = (int(part or 0) for part in match.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    hours, rest = divmod(total, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "") + f"{seconds}s"
 
 
 def autoscaler_cloud_values(cluster_name: str, region: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
+from components.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs, cluster_scale_down_unneeded_time
 from components.catalog import Catalog, load_catalog
 from components.cluster import GpuCluster, PlatformTraits, resolve_pools
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
@@ -159,6 +159,7 @@ class EksCluster(pulumi.ComponentResource):
         )
         admin_access = self._deployer_admin_access(name, cluster.name)
 
+        pools = resolve_pools(spec, args.catalog, EKS_TRAITS.accelerator_label)
         pre_node_addons = [addons.addon(name, a, cluster.name, self) for a in addons.PRE_NODE_ADDONS]
         node_role = role_with_policies(
             f"{name}-node", service_trust_policy("ec2.amazonaws.com"), EKS_NODE_POLICIES, parent=self
@@ -169,12 +170,12 @@ class EksCluster(pulumi.ComponentResource):
             node_role_arn=node_role.arn,
             subnet_ids=network.private_subnet_ids,
             depends_on=pre_node_addons,
+            cluster_unneeded_time=cluster_scale_down_unneeded_time(pools),
         )
         system_nodes = system_node_group(f"{name}-system", spec.system_pool, ctx, parent=self)
         coredns = addons.addon(name, "coredns", cluster.name, self, depends_on=[system_nodes])
         ebs_csi = addons.ebs_csi_driver(name, cluster.name, self, depends_on=[system_nodes, *pre_node_addons])
 
-        pools = resolve_pools(spec, args.catalog, EKS_TRAITS.accelerator_label)
         for pool in pools:
             GpuNodePool(pool_child_name(name, pool.spec.name), pool, ctx, opts=child)
 

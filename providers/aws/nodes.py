@@ -112,6 +112,8 @@ class NodeGroupContext:
     subnet_ids: Sequence[pulumi.Input[str]]
     # Add-ons nodes need to become Ready (the CNI) must exist before the group.
     depends_on: Sequence[pulumi.Resource]
+    # The autoscaler's cluster-wide idle time; pools that differ carry their own in the ASG template.
+    cluster_unneeded_time: str
 
 
 def system_node_group(
@@ -174,7 +176,7 @@ class GpuNodePool(pulumi.ComponentResource):
             opts=node_group_options(self, ctx.depends_on),
         )
         self.autoscaling_group_name = self.node_group.resources.apply(_autoscaling_group_name)
-        tags = scale_from_zero_tags(node_template(pool), spec.scale_down_unneeded_time)
+        tags = scale_from_zero_tags(node_template(pool, ctx.cluster_unneeded_time))
         for key, suffix in tag_resource_suffixes(tags).items():
             aws.autoscaling.Tag(
                 f"{name}-tag-{suffix}",
