@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from components.cluster import POOL_LABEL, GpuCluster, GpuPool
+from components.helm import helm_release
 from components.spec import TaintSpec
 
 AUTOSCALER_HELM_REPO = "https://kubernetes.github.io/autoscaler"
@@ -114,23 +114,18 @@ class ClusterAutoscaler(pulumi.ComponentResource):
     def __init__(self, name: str, args: ClusterAutoscalerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-k8s:index:ClusterAutoscaler", name, None, opts)
         cluster = args.cluster
-        release = k8s.helm.v3.Release(
+        release = helm_release(
             f"{name}-release",
-            k8s.helm.v3.ReleaseArgs(
-                name="cluster-autoscaler",
-                chart="cluster-autoscaler",
-                version=args.chart_version,
-                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=AUTOSCALER_HELM_REPO),
-                namespace=AUTOSCALER_NAMESPACE,
-                values=autoscaler_values(
-                    ".".join(cluster.kubernetes_version.split(".")[:2]), args.cloud_values, cluster.pools
-                ),
+            chart="cluster-autoscaler",
+            version=args.chart_version,
+            repository=AUTOSCALER_HELM_REPO,
+            namespace=AUTOSCALER_NAMESPACE,
+            values=autoscaler_values(
+                ".".join(cluster.kubernetes_version.split(".")[:2]), args.cloud_values, cluster.pools
             ),
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                provider=cluster.k8s_provider,
-                depends_on=[*cluster.system_ready, *args.identity],
-            ),
+            parent=self,
+            provider=cluster.k8s_provider,
+            depends_on=[*cluster.system_ready, *args.identity],
         )
         self.release_status = release.status
         self.register_outputs({"releaseStatus": self.release_status})

@@ -9,6 +9,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.cluster import GpuCluster, GpuPool, PlatformTraits
+from components.helm import helm_release
 
 NVIDIA_HELM_REPO = "https://helm.ngc.nvidia.com/nvidia"
 OPERATOR_NAMESPACE = "gpu-operator"
@@ -78,17 +79,16 @@ class GpuOperator(pulumi.ComponentResource):
                 child, pulumi.ResourceOptions(depends_on=list(cluster.system_ready))
             ),
         )
-        release = k8s.helm.v3.Release(
+        release = helm_release(
             f"{name}-release",
-            k8s.helm.v3.ReleaseArgs(
-                name="gpu-operator",
-                chart="gpu-operator",
-                version=args.chart_version,
-                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=NVIDIA_HELM_REPO),
-                namespace=namespace.metadata.name,
-                values=operator_values(cluster.traits, cluster.pools),
-            ),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
+            chart="gpu-operator",
+            version=args.chart_version,
+            repository=NVIDIA_HELM_REPO,
+            namespace=namespace.metadata.name,
+            values=operator_values(cluster.traits, cluster.pools),
+            parent=self,
+            provider=cluster.k8s_provider,
+            depends_on=[namespace],
         )
         self.namespace = namespace.metadata.name
         self.release_status = release.status

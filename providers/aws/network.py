@@ -95,56 +95,59 @@ class Network(pulumi.ComponentResource):
         self.private_subnet_ids, self.public_subnet_ids = [], []
         for plan in subnet_plan(spec.cidr, spec.availability_zones):
             zone = zones.names.apply(functools.partial(_nth, plan.zone_index))
-            suffix = f"{plan.zone_index}"
-            public = aws.ec2.Subnet(
-                f"{name}-public-{suffix}",
-                vpc_id=vpc.id,
-                cidr_block=plan.public_cidr,
-                availability_zone=zone,
-                # Nodes never get public IPs; NAT gateways and internet-facing LBs use Elastic IPs.
-                map_public_ip_on_launch=False,
-                tags=subnet_tags(cluster_name, "public"),
-                opts=child,
-            )
-            aws.ec2.RouteTableAssociation(
-                f"{name}-public-{suffix}-rta",
-                subnet_id=public.id,
-                route_table_id=public_routes.id,
-                opts=child,
+            index = plan.zone_index
+            public = self._subnet(
+                name, cluster_name, "public", index, vpc, plan.public_cidr, zone, public_routes
             )
             nat_ip = aws.ec2.Eip(
-                f"{name}-nat-{suffix}-eip", domain="vpc", tags={"Name": cluster_name}, opts=child
+                f"{name}-nat-{index}-eip", domain="vpc", tags={"Name": cluster_name}, opts=child
             )
             nat = aws.ec2.NatGateway(
-                f"{name}-nat-{suffix}",
+                f"{name}-nat-{index}",
                 subnet_id=public.id,
                 allocation_id=nat_ip.id,
-                tags={"Name": f"{cluster_name}-{suffix}"},
+                tags={"Name": f"{cluster_name}-{index}"},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]),
             )
-            private = aws.ec2.Subnet(
-                f"{name}-private-{suffix}",
-                vpc_id=vpc.id,
-                cidr_block=plan.private_cidr,
-                availability_zone=zone,
-                map_public_ip_on_launch=False,
-                tags=subnet_tags(cluster_name, "private"),
-                opts=child,
-            )
             private_routes = aws.ec2.RouteTable(
-                f"{name}-private-{suffix}-rt",
+                f"{name}-private-{index}-rt",
                 vpc_id=vpc.id,
                 routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat.id)],
-                tags={"Name": f"{cluster_name}-private-{suffix}"},
+                tags={"Name": f"{cluster_name}-private-{index}"},
                 opts=child,
             )
-            aws.ec2.RouteTableAssociation(
-                f"{name}-private-{suffix}-rta",
-                subnet_id=private.id,
-                route_table_id=private_routes.id,
-                opts=child,
+            private = self._subnet(
+                name, cluster_name, "private", index, vpc, plan.private_cidr, zone, private_routes
             )
             self.private_subnet_ids.append(private.id)
             self.public_subnet_ids.append(public.id)
         self.vpc_id = vpc.id
         self.register_outputs({"vpcId": self.vpc_id, "privateSubnetIds": self.private_subnet_ids})
+
+    def _subnet(
+        self,
+        name: str,
+        cluster_name: str,
+        tier: str,
+        index: int,
+        vpc: aws.ec2.Vpc,
+        cidr: str,
+        zone: pulumi.Input[str],
+        routes: aws.ec2.RouteTable,
+    ) -> aws.ec2.Subnet:
+        """A subnet of one tier in one zone, with its route table association."""
+        child = pulumi.ResourceOptions(parent=self)
+        subnet = aws.ec2.Subnet(
+            f"{name}-{tier}-{index}",
+            vpc_id=vpc.id,
+            cidr_block=cidr,
+            availability_zone=zone,
+            # Nodes never get public IPs; NAT gateways and internet-facing LBs use Elastic IPs.
+            map_public_ip_on_launch=False,
+            tags=subnet_tags(cluster_name, tier),
+            opts=child,
+        )
+        aws.ec2.RouteTableAssociation(
+            f"{name}-{tier}-{index}-rta", subnet_id=subnet.id, route_table_id=routes.id, opts=child
+        )
+        return subnet

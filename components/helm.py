@@ -1,0 +1,35 @@
+"""Helm releases from pinned charts, installed through the cluster's Kubernetes provider."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+
+def helm_release(
+    resource_name: str,
+    chart: str,
+    version: str,
+    repository: str,
+    namespace: pulumi.Input[str],
+    values: Mapping[str, Any],
+    parent: pulumi.Resource,
+    provider: k8s.Provider,
+    depends_on: Sequence[pulumi.Resource],
+) -> k8s.helm.v3.Release:
+    """A release named after its chart (so `helm list` reads naturally) at an exact chart version."""
+    return k8s.helm.v3.Release(
+        resource_name,
+        k8s.helm.v3.ReleaseArgs(
+            name=chart,
+            chart=chart,
+            version=version,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repository),
+            namespace=namespace,
+            values=dict(values),
+        ),
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(depends_on)),
+    )
