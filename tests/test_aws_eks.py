@@ -288,3 +288,12 @@ def test_user_labels_and_taints_reach_nodes_templates_and_operator_tolerations(a
     assert tags[f"{TEMPLATE_PREFIX}/taint/team.example.com/dedicated"] == "vision:NoExecute"
     tolerations = rec.by_name("ml-gpu-operator-release").inputs["values"]["daemonsets"]["tolerations"]
     assert {"key": "team.example.com/dedicated", "operator": "Exists", "effect": "NoExecute"} in tolerations
+
+
+def test_arm64_gpu_pool_gets_the_arm_nvidia_ami(aws_eks_config):
+    from tools.engine import run_program
+
+    config = json.loads(json.dumps(aws_eks_config))
+    config["gpu-k8s:cluster"]["gpuPools"] = [{"name": "t4g", "instanceType": "g5g.xlarge", "maxNodes": 2}]
+    rec = run_program("arm", config)
+    assert gpu_node_groups(rec)["t4g"].inputs["amiType"] == "AL2023_ARM_64_NVIDIA"

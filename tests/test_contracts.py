@@ -186,12 +186,23 @@ def test_ec2_values_are_members_of_botocore_enums(aws_eks, ec2_model):
 
 
 def serious_findings(document: str, trust_policy: bool) -> list[tuple[str, str, Any]]:
-    """Parliament findings of any severity (stricter than the medium-or-above bar: parliament rates an
-    unknown action LOW, and a typo in an action is exactly what this must catch).
-
-    Parliament reads every document as an identity policy; a role trust policy has no Resource by
-    design, so for trust policies that one finding is not a problem.
+    """Parliament findings of any severity, stricter than the medium-or-above bar: parliament rates an
+    unknown action LOW, and a typo in an action is exactly what this must catch. Two findings are
+    expected by design and dropped:
+    - a role trust policy has no Resource (parliament reads every document as an identity policy);
+    - RESOURCE_STAR on actions whose statement is scoped by an `aws:ResourceTag` condition.
     """
+    statements = json.loads(document)["Statement"]
+    tag_scoped = {
+        action
+        for statement in statements
+        if any(
+            key.startswith("aws:ResourceTag/") for c in statement.get("Condition", {}).values() for key in c
+        )
+        for action in (
+            statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        )
+    }
     findings = [parliament.enhance_finding(f) for f in parliament.analyze_policy_string(document).findings]
     problems = [
         (f.severity, f.issue, f.detail)
@@ -199,10 +210,11 @@ def serious_findings(document: str, trust_policy: bool) -> list[tuple[str, str, 
         if not (
             trust_policy and f.issue == "MALFORMED" and "neither Resource nor NotResource" in str(f.detail)
         )
+        and not (f.issue == "RESOURCE_STAR" and set(f.detail) <= tag_scoped)
     ]
     if trust_policy:
         # Parliament stops at the missing Resource, so check what it would have: actions and principals.
-        for statement in json.loads(document)["Statement"]:
+        for statement in statements:
             actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
             for action in actions:
                 try:
@@ -239,6 +251,16 @@ def test_trust_policy_linting_still_catches_a_bad_action():
         }
     )
     assert serious_findings(document, trust_policy=True)
+
+
+def test_unscoped_writes_are_still_findings():
+    document = json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "autoscaling:SetDesiredCapacity", "Resource": "*"}],
+        }
+    )
+    assert [issue for _, issue, _ in serious_findings(document, trust_policy=False)] == ["RESOURCE_STAR"]
 
 
 def test_identity_policy_linting_catches_a_bad_action():
