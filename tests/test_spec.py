@@ -156,6 +156,12 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "gpuPools[0].instanceType",
         ("AL2023 NVIDIA AMI", "g7e"),
     ),
+    (
+        "node-group-name-too-long",
+        lambda c: (_set("name", "c" * 32)(c), _set("gpuPools.0.name", "p" * 40)(c)),
+        "gpuPools[0].name",
+        ("longer than 63", "at most 26"),
+    ),
     ("system-pool-size", _set("systemPool.nodes", 0), "systemPool.nodes", ("greater than or equal to 1",)),
 ]
 

@@ -35,6 +35,8 @@ from providers.aws.nodes import (
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 LOG_RETENTION_DAYS = 90
+# "The node group name can't be longer than 63 characters" (pulumi_aws eks.NodeGroup docstring).
+MAX_NODE_GROUP_NAME = 63
 
 EKS_TRAITS = PlatformTraits(
     driver_owner="node-image",
@@ -47,6 +49,15 @@ EKS_TRAITS = PlatformTraits(
 def eks_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
     """What the generic validation cannot know: which GPU types the EKS NVIDIA AMIs cover."""
     for index, pool in enumerate(spec.gpu_pools):
+        node_group_name = pool_child_name(spec.name, pool.name)
+        if len(node_group_name) > MAX_NODE_GROUP_NAME:
+            room = MAX_NODE_GROUP_NAME - len(node_group_name) + len(pool.name)
+            yield ConfigIssue(
+                config_path("gpuPools", index, "name"),
+                pool.name,
+                f"makes the node group name {node_group_name!r} longer than {MAX_NODE_GROUP_NAME} characters",
+                f"shorten the pool name to at most {room} characters (or the cluster name)",
+            )
         machine = catalog.machine_type("aws", pool.instance_type)
         assert machine is not None, "validated by load_spec"
         family = pool.instance_type.split(".")[0]
