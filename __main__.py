@@ -6,7 +6,7 @@ from components.outputs import stack_outputs
 from components.spec import CONFIG_KEY, load_spec
 from providers import builder_for
 
-spec = load_spec(pulumi.Config().require_object(CONFIG_KEY.split(":", 1)[1]))
+spec = load_spec(pulumi.Config().get_object(CONFIG_KEY.split(":", 1)[1]))
 cluster = builder_for(spec)(spec)
 for output_name, value in stack_outputs(cluster).items():
     pulumi.export(output_name, value)

@@ -435,6 +435,17 @@ def _semantic_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssu
 
 def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
     """Parse and validate the `gpu-k8s:cluster` value; raise ConfigError listing every problem."""
+    if raw is None:
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    CONFIG_KEY,
+                    None,
+                    "is not set",
+                    "add it to stacks/Pulumi.<stack>.yaml; see stacks/README.md",
+                )
+            ]
+        )
     if not isinstance(raw, Mapping):
         raise ConfigError(
             [

@@ -114,3 +114,40 @@ def test_aws_plan_never_imports_the_gcp_sdk():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("stack_text", "message"),
+    [
+        ("config:\n  aws:region: us-east-1\n", "gpu-k8s:cluster: None - is not set"),
+        ("config: [\n", "not valid YAML"),
+        (
+            yaml.safe_dump(
+                {
+                    "config": {
+                        "gcp:project": "p",
+                        "gpu-k8s:cluster": {
+                            "name": "ml",
+                            "cloud": "gcp",
+                            "kind": "gke",
+                            "kubernetesVersion": "1.35",
+                            "network": {"cidr": "10.40.0.0/16"},
+                            "apiAccessCidrs": ["203.0.113.0/24"],
+                            "systemPool": {"instanceType": "e2-standard-4"},
+                            "gpuPools": [{"name": "l4", "instanceType": "g2-standard-8", "maxNodes": 2}],
+                        },
+                    }
+                }
+            ),
+            "this platform is not yet supported",
+        ),
+    ],
+    ids=["cluster-key-missing", "broken-yaml", "platform-not-built"],
+)
+def test_cli_refuses_unusable_stack_files_with_exit_2(tmp_path: Path, stack_text: str, message: str):
+    stack = tmp_path / "Pulumi.x.yaml"
+    stack.write_text(stack_text)
+    result = run_plan(str(stack))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr

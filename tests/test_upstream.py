@@ -51,3 +51,18 @@ def test_locate_rejects_an_altered_file(tmp_path: Path, monkeypatch):
     with pytest.raises(up.UpstreamMissing, match="sha256"):
         up.locate("x.yaml", tmp_path)
     assert up.verify(tmp_path)
+
+
+def test_missing_contract_data_skips_locally_and_fails_in_ci(tmp_path: Path, monkeypatch):
+    from _pytest.outcomes import Failed, Skipped
+
+    from tests.conftest import upstream
+
+    monkeypatch.setenv("GPU_K8S_UPSTREAM", str(tmp_path))
+    path = up.manifest()[0].path
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(Skipped, match=r"tools\.upstream fetch"):
+        upstream(path)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(Failed, match=r"tools\.upstream fetch"):
+        upstream(path)

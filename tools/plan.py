@@ -16,6 +16,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from components.spec import ConfigError
 from tools.engine import PROJECT_ROOT, Recording, Registration, Secret, run_program, stack_config
 
@@ -162,11 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         recording = plan(args.stack)
-    except ConfigError as exc:
+    except (ConfigError, FileNotFoundError) as exc:
         print(exc, file=sys.stderr)
         return 2
-    except FileNotFoundError as exc:
-        print(exc, file=sys.stderr)
+    except yaml.YAMLError as exc:
+        print(f"{args.stack}: not valid YAML: {exc}", file=sys.stderr)
         return 2
     if args.json:
         sys.stdout.write(json.dumps(plan_document(recording), indent=2, sort_keys=True) + "\n")
