@@ -36,6 +36,9 @@ def operator_values(traits: PlatformTraits, pools: tuple[GpuPool, ...]) -> dict[
         toolkit["env"] = [{"name": "CONTAINERD_SOCKET", "value": traits.containerd_socket}]
     if traits.toolkit_install_dir:
         toolkit["installDir"] = traits.toolkit_install_dir
+    # cdi.enabled keeps the chart's default (true since v25.10). AWS's AL2023 NVIDIA example values do not
+    # set it either; whether CDI injection works with the AMI's preinstalled toolkit is UNCONFIRMED here
+    # and needs a GPU smoke test on a real node.
     values: dict[str, Any] = {
         "driver": {"enabled": not traits.driver_preinstalled},
         "toolkit": toolkit,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from components.spec import ConfigError, load_spec, pool_child_name
@@ -247,3 +247,23 @@ def test_valid_pool_names_always_load(names):
         "gpuPools": [{"name": n, "instanceType": "g6.xlarge", "maxNodes": 1} for n in names],
     }
     assert [p.name for p in load_spec(base).gpu_pools] == names
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(pool_names, min_size=1, max_size=5, unique=True))
+def test_generated_pools_register_unique_resources_named_after_their_pool(aws_eks_config, names):
+    config = copy.deepcopy(aws_eks_config)
+    config["gpu-k8s:cluster"]["gpuPools"] = [
+        {"name": n, "instanceType": "g6.xlarge", "maxNodes": 1} for n in names
+    ]
+    first = run_program("pools", config)
+    urns = [r.urn for r in first.registrations]
+    assert len(urns) == len(set(urns))
+    for name in names:
+        assert first.by_name(pool_child_name("ml", name)).type == "gpu-k8s:aws:GpuNodePool"
+    # Removing a pool leaves every other pool's resources under the same names.
+    if len(names) > 1:
+        config["gpu-k8s:cluster"]["gpuPools"] = config["gpu-k8s:cluster"]["gpuPools"][1:]
+        second = run_program("pools", config)
+        kept = {r.urn for r in second.registrations if r.name.startswith(pool_child_name("ml", names[1]))}
+        assert kept and kept <= set(urns)
