@@ -97,7 +97,11 @@ def render_text(recording: Recording) -> str:
     children: dict[str, list[Registration]] = defaultdict(list)
     for r in recording.registrations:
         children[r.parent if r.parent in by_urn else ""].append(r)
-    lines = [f"Offline plan of stack {recording.stack}: {len(recording.registrations)} resources", ""]
+    lines = [
+        f"Offline plan of stack {recording.stack}: {len(recording.registrations)} resources",
+        "",
+        f"pulumi:pulumi:Stack  gpu-k8s-{recording.stack}",
+    ]
 
     def walk(parent: str, prefix: str) -> None:
         kids = sorted(children.get(parent, []), key=lambda r: (r.name, r.type))
