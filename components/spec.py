@@ -67,6 +67,8 @@ class NetworkSpec(_Model):
 
     cidr: str | None = None
     availability_zones: Annotated[int, Field(ge=2, le=6)] = 3
+    # One NAT gateway for all zones instead of one per zone: cheaper, but a zone outage cuts egress.
+    single_nat_gateway: bool = False
     vpc_id: str | None = None
     private_subnet_ids: tuple[str, ...] = ()
     public_subnet_ids: tuple[str, ...] = ()

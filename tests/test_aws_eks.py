@@ -297,3 +297,20 @@ def test_arm64_gpu_pool_gets_the_arm_nvidia_ami(aws_eks_config):
     config["gpu-k8s:cluster"]["gpuPools"] = [{"name": "t4g", "instanceType": "g5g.xlarge", "maxNodes": 2}]
     rec = run_program("arm", config)
     assert gpu_node_groups(rec)["t4g"].inputs["amiType"] == "AL2023_ARM_64_NVIDIA"
+
+
+@pytest.mark.parametrize(("single", "expected"), [(False, 3), (True, 1)])
+def test_nat_gateways_per_zone_or_shared(aws_eks_config, single, expected):
+    from tools.engine import run_program
+
+    config = json.loads(json.dumps(aws_eks_config))
+    config["gpu-k8s:cluster"]["network"]["singleNatGateway"] = single
+    rec = run_program("nat", config)
+    nats = rec.by_type("aws:ec2/natGateway:NatGateway")
+    assert len(nats) == expected
+    private_tables = [r for r in rec.by_type("aws:ec2/routeTable:RouteTable") if "private" in r.name]
+    assert len(private_tables) == 3
+    for table in private_tables:
+        assert {d for d in table.dependencies} & {n.urn for n in nats}
+    # Subnet tiers never hand out public IPs.
+    assert all(s.inputs["mapPublicIpOnLaunch"] is False for s in rec.by_type("aws:ec2/subnet:Subnet"))

@@ -93,22 +93,24 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
         self.private_subnet_ids, self.public_subnet_ids = [], []
+        nat: aws.ec2.NatGateway | None = None
         for plan in subnet_plan(spec.cidr, spec.availability_zones):
             zone = zones.names.apply(functools.partial(_nth, plan.zone_index))
             index = plan.zone_index
             public = self._subnet(
                 name, cluster_name, "public", index, vpc, plan.public_cidr, zone, public_routes
             )
-            nat_ip = aws.ec2.Eip(
-                f"{name}-nat-{index}-eip", domain="vpc", tags={"Name": cluster_name}, opts=child
-            )
-            nat = aws.ec2.NatGateway(
-                f"{name}-nat-{index}",
-                subnet_id=public.id,
-                allocation_id=nat_ip.id,
-                tags={"Name": f"{cluster_name}-{index}"},
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]),
-            )
+            if nat is None or not spec.single_nat_gateway:
+                nat_ip = aws.ec2.Eip(
+                    f"{name}-nat-{index}-eip", domain="vpc", tags={"Name": cluster_name}, opts=child
+                )
+                nat = aws.ec2.NatGateway(
+                    f"{name}-nat-{index}",
+                    subnet_id=public.id,
+                    allocation_id=nat_ip.id,
+                    tags={"Name": f"{cluster_name}-{index}"},
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]),
+                )
             private_routes = aws.ec2.RouteTable(
                 f"{name}-private-{index}-rt",
                 vpc_id=vpc.id,
