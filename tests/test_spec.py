@@ -160,7 +160,7 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "node-group-name-too-long",
         lambda c: (_set("name", "c" * 32)(c), _set("gpuPools.0.name", "p" * 40)(c)),
         "gpuPools[0].name",
-        ("longer than 63", "at most 26"),
+        ("longer than 63", "at most 15"),
     ),
     ("system-pool-size", _set("systemPool.nodes", 0), "systemPool.nodes", ("greater than or equal to 1",)),
 ]

@@ -111,7 +111,7 @@ class RealisticMocks(pulumi_mocks.Mocks):
             outputs["endpoint"] = f"https://{_fake_hex(name, 32).upper()}.gr7.{self.region}.eks.amazonaws.com"
             outputs["certificateAuthority"] = {"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="}
         elif token == "aws:eks/nodeGroup:NodeGroup":
-            group = args.inputs.get("nodeGroupName") or f"{name}-{_fake_hex(name, 6)}"
+            group = args.inputs.get("nodeGroupName") or f"{name}-{_fake_hex(name, 7)}"
             outputs["nodeGroupName"] = group
             outputs["resources"] = [{"autoscalingGroups": [{"name": f"eks-{group}-{_fake_hex(group, 8)}"}]}]
         elif token == "aws:ec2/launchTemplate:LaunchTemplate":

@@ -29,14 +29,17 @@ from providers.aws.nodes import (
     AL2023_NVIDIA_FAMILIES,
     GpuNodePool,
     NodeGroupContext,
+    node_group_resource_name,
     system_node_group,
 )
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 LOG_RETENTION_DAYS = 90
-# "The node group name can't be longer than 63 characters" (pulumi_aws eks.NodeGroup docstring).
+# "The node group name can't be longer than 63 characters" (pulumi_aws eks.NodeGroup docstring);
+# Pulumi's auto-name appends "-" and 7 random characters.
 MAX_NODE_GROUP_NAME = 63
+AUTONAME_SUFFIX = 8
 
 EKS_TRAITS = PlatformTraits(
     driver_owner="node-image",
@@ -49,13 +52,14 @@ EKS_TRAITS = PlatformTraits(
 def eks_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
     """What the generic validation cannot know: which GPU types the EKS NVIDIA AMIs cover."""
     for index, pool in enumerate(spec.gpu_pools):
-        node_group_name = pool_child_name(spec.name, pool.name)
-        if len(node_group_name) > MAX_NODE_GROUP_NAME:
-            room = MAX_NODE_GROUP_NAME - len(node_group_name) + len(pool.name)
+        node_group_name = node_group_resource_name(pool_child_name(spec.name, pool.name))
+        if len(node_group_name) + AUTONAME_SUFFIX > MAX_NODE_GROUP_NAME:
+            room = MAX_NODE_GROUP_NAME - AUTONAME_SUFFIX - len(node_group_name) + len(pool.name)
             yield ConfigIssue(
                 config_path("gpuPools", index, "name"),
                 pool.name,
-                f"makes the node group name {node_group_name!r} longer than {MAX_NODE_GROUP_NAME} characters",
+                f"makes the node group name {node_group_name!r} plus its random suffix longer than "
+                f"{MAX_NODE_GROUP_NAME} characters",
                 f"shorten the pool name to at most {room} characters (or the cluster name)",
             )
         machine = catalog.machine_type("aws", pool.instance_type)

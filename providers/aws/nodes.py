@@ -154,10 +154,11 @@ class GpuNodePool(pulumi.ComponentResource):
         super().__init__("gpu-k8s:aws:GpuNodePool", name, None, opts)
         spec = pool.spec
         template = _launch_template(name, spec.disk_size_gib, self)
+        # Auto-named (`<name>-ng-<random>`): an instance type change replaces the group, and Pulumi can then
+        # create the new group before deleting the old one, which a fixed name would forbid.
         self.node_group = aws.eks.NodeGroup(
-            f"{name}-ng",
+            node_group_resource_name(name),
             cluster_name=ctx.cluster_name,
-            node_group_name=name,
             version=ctx.kubernetes_version,
             node_role_arn=ctx.node_role_arn,
             subnet_ids=list(ctx.subnet_ids),
@@ -190,6 +191,10 @@ class GpuNodePool(pulumi.ComponentResource):
                 "autoscalingGroupName": self.autoscaling_group_name,
             }
         )
+
+
+def node_group_resource_name(pool_resource_name: str) -> str:
+    return f"{pool_resource_name}-ng"
 
 
 def _autoscaling_group_name(resources: Sequence[aws.eks.outputs.NodeGroupResource]) -> str:
