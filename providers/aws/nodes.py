@@ -92,8 +92,9 @@ def _launch_template(name: str, disk_size_gib: int, parent: pulumi.Resource) -> 
                 ),
             )
         ],
-        # IMDSv2 only. Hop limit 2 (what EKS's own node group template uses) so pods that need instance
-        # metadata, such as the EBS CSI node plugin, still reach it through the container network hop.
+        # IMDSv2 only. Hop limit 2, the default of eksctl and terraform-aws-eks: with 1 (EKS's default
+        # template on AL2023) pods cannot reach instance metadata, which broke the EBS CSI controller
+        # (hashicorp/terraform-provider-aws#38516).
         metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
             http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
         ),
