@@ -120,9 +120,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             version=args.chart_version,
             repository=AUTOSCALER_HELM_REPO,
             namespace=AUTOSCALER_NAMESPACE,
-            values=autoscaler_values(
-                ".".join(cluster.kubernetes_version.split(".")[:2]), args.cloud_values, cluster.pools
-            ),
+            values=autoscaler_values(cluster.kubernetes_version, args.cloud_values, cluster.pools),
             parent=self,
             provider=cluster.k8s_provider,
             depends_on=[*cluster.system_ready, *args.identity],

@@ -37,8 +37,6 @@ class PlatformTraits:
     # Host paths of a driver/toolkit installed outside /run/nvidia (GKE's installer); None = defaults.
     driver_install_dir: str | None = None
     toolkit_install_dir: str | None = None
-    # The platform admits system-node-critical pods outside kube-system only with a ResourceQuota (GKE).
-    needs_priority_quota: bool = False
 
     @property
     def driver_preinstalled(self) -> bool:

@@ -130,10 +130,6 @@ class ClusterSpec(_Model):
             raise ValueError('YAML read this as a number; quote it, e.g. kubernetesVersion: "1.35"')
         return value
 
-    @property
-    def kubernetes_minor(self) -> str:
-        return ".".join(self.kubernetes_version.split(".")[:2])
-
 
 @dataclass(frozen=True)
 class ConfigIssue:
@@ -395,7 +391,7 @@ def _semantic_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssu
             "must be a minor version",
             f'write it like "1.35"; supported: {", ".join(SUPPORTED_KUBERNETES_MINORS)}',
         )
-    elif spec.kubernetes_minor not in SUPPORTED_KUBERNETES_MINORS:
+    elif spec.kubernetes_version not in SUPPORTED_KUBERNETES_MINORS:
         yield ConfigIssue(
             config_path("kubernetesVersion"),
             spec.kubernetes_version,
