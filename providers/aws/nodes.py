@@ -117,30 +117,67 @@ class NodeGroupContext:
     cluster_unneeded_time: str
 
 
-def system_node_group(
-    name: str, spec: SystemPoolSpec, ctx: NodeGroupContext, parent: pulumi.Resource
+@dataclass(frozen=True)
+class NodeShape:
+    """What differs between the node groups of a cluster."""
+
+    instance_type: str
+    ami_type: str
+    capacity_type: str
+    min_nodes: int
+    max_nodes: int
+    disk_size_gib: int
+    labels: dict[str, str]
+    taints: tuple[TaintSpec, ...] = ()
+
+
+def _node_group(
+    base_name: str,
+    resource_name: str,
+    shape: NodeShape,
+    ctx: NodeGroupContext,
+    parent: pulumi.Resource,
+    opts: pulumi.ResourceOptions,
 ) -> aws.eks.NodeGroup:
-    """On-demand CPU nodes with a fixed size for CoreDNS, the operator and the autoscaler."""
-    template = _launch_template(name, spec.disk_size_gib, parent)
+    """A managed node group and its launch template (encrypted gp3 root, IMDSv2), one at a time on updates."""
+    template = _launch_template(base_name, shape.disk_size_gib, parent)
     return aws.eks.NodeGroup(
-        name,
+        resource_name,
         cluster_name=ctx.cluster_name,
         version=ctx.kubernetes_version,
         node_role_arn=ctx.node_role_arn,
         subnet_ids=list(ctx.subnet_ids),
-        instance_types=[spec.instance_type],
-        ami_type=system_ami_type(spec.instance_type),
-        capacity_type="ON_DEMAND",
+        instance_types=[shape.instance_type],
+        ami_type=shape.ami_type,
+        capacity_type=shape.capacity_type,
         scaling_config=aws.eks.NodeGroupScalingConfigArgs(
-            min_size=spec.nodes, max_size=spec.nodes, desired_size=spec.nodes
+            min_size=shape.min_nodes, max_size=shape.max_nodes, desired_size=shape.min_nodes
         ),
         launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
             id=template.id, version=template.latest_version.apply(str)
         ),
-        labels={POOL_LABEL: SYSTEM_POOL_NAME},
+        labels=shape.labels,
+        taints=eks_taints(shape.taints) or None,
         update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(ctx.depends_on)),
+        opts=opts,
     )
+
+
+def system_node_group(
+    name: str, spec: SystemPoolSpec, ctx: NodeGroupContext, parent: pulumi.Resource
+) -> aws.eks.NodeGroup:
+    """On-demand CPU nodes with a fixed size for CoreDNS, the operator and the autoscaler."""
+    shape = NodeShape(
+        instance_type=spec.instance_type,
+        ami_type=system_ami_type(spec.instance_type),
+        capacity_type="ON_DEMAND",
+        min_nodes=spec.nodes,
+        max_nodes=spec.nodes,
+        disk_size_gib=spec.disk_size_gib,
+        labels={POOL_LABEL: SYSTEM_POOL_NAME},
+    )
+    opts = pulumi.ResourceOptions(parent=parent, depends_on=list(ctx.depends_on))
+    return _node_group(name, name, shape, ctx, parent, opts)
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -154,28 +191,20 @@ class GpuNodePool(pulumi.ComponentResource):
     ):
         super().__init__("gpu-k8s:aws:GpuNodePool", name, None, opts)
         spec = pool.spec
-        template = _launch_template(name, spec.disk_size_gib, self)
-        # Auto-named (`<name>-ng-<random>`): an instance type change replaces the group, and Pulumi can then
-        # create the new group before deleting the old one, which a fixed name would forbid.
-        self.node_group = aws.eks.NodeGroup(
-            node_group_resource_name(name),
-            cluster_name=ctx.cluster_name,
-            version=ctx.kubernetes_version,
-            node_role_arn=ctx.node_role_arn,
-            subnet_ids=list(ctx.subnet_ids),
-            instance_types=[spec.instance_type],
+        shape = NodeShape(
+            instance_type=spec.instance_type,
             ami_type=gpu_ami_type(pool.machine),
             capacity_type="SPOT" if spec.spot else "ON_DEMAND",
-            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
-                min_size=spec.min_nodes, max_size=spec.max_nodes, desired_size=spec.min_nodes
-            ),
-            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
-                id=template.id, version=template.latest_version.apply(str)
-            ),
+            min_nodes=spec.min_nodes,
+            max_nodes=spec.max_nodes,
+            disk_size_gib=spec.disk_size_gib,
             labels=pool.node_labels,
-            taints=eks_taints(pool.taints),
-            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
-            opts=node_group_options(self, ctx.depends_on),
+            taints=pool.taints,
+        )
+        # Auto-named (`<name>-ng-<random>`): an instance type change replaces the group, and Pulumi can then
+        # create the new group before deleting the old one, which a fixed name would forbid.
+        self.node_group = _node_group(
+            name, node_group_resource_name(name), shape, ctx, self, node_group_options(self, ctx.depends_on)
         )
         self.autoscaling_group_name = self.node_group.resources.apply(_autoscaling_group_name)
         tags = scale_from_zero_tags(node_template(pool, ctx.cluster_unneeded_time))
