@@ -120,13 +120,11 @@ def test_operator_defaults_we_extend_are_still_the_charts(aws_eks):
 
 
 def kubernetes_objects(aws_eks) -> list[dict[str, Any]]:
+    """Every Kubernetes object the stack registers directly (Helm releases are checked by their values)."""
     objects = [
-        {k: v for k, v in r.inputs.items() if k != "arn"}
+        r.inputs
         for r in aws_eks.registrations
-        if r.type.startswith("kubernetes:")
-        and r.type.split(":")[1] not in {"helm.sh/v3"}
-        and r.custom
-        and not r.type.startswith("pulumi:")
+        if r.type.startswith("kubernetes:") and r.type != "kubernetes:helm.sh/v3:Release"
     ]
     return [*objects, default_storage_class_manifest()]
 

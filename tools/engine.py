@@ -129,7 +129,8 @@ class RealisticMocks(pulumi_mocks.Mocks):
             id_ = f"{prefix}-{_fake_hex(name, 17)}"
         elif token == "kubernetes:helm.sh/v3:Release":
             outputs["status"] = {"status": "deployed", "version": args.inputs.get("version")}
-        outputs.setdefault("arn", arn)
+        if token.startswith("aws:"):
+            outputs.setdefault("arn", arn)
         return id_, outputs
 
     def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list | None]:
