@@ -226,12 +226,8 @@ pool_names = st.from_regex(r"[a-z][a-z0-9]{0,10}(-[a-z0-9]{1,8})?", fullmatch=Tr
 
 
 @given(st.lists(pool_names, min_size=1, max_size=12, unique=True))
-def test_pool_child_names_are_unique_and_stable(names):
-    children = [pool_child_name("ml", n) for n in names]
-    assert len(set(children)) == len(names)
-    assert children == [pool_child_name("ml", n) for n in names]
-    # A pool's resources keep their names when other pools are added or removed.
-    assert pool_child_name("ml", names[0]) == pool_child_name("ml", list(reversed(names))[-1])
+def test_distinct_pools_get_distinct_child_names(names):
+    assert len({pool_child_name("ml", n) for n in names}) == len(names)
 
 
 @given(st.lists(pool_names, min_size=1, max_size=6, unique=True))
