@@ -6,7 +6,6 @@ identity the pod runs with) as plain values; this module adds what every platfor
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ import pulumi
 
 from components.cluster import POOL_LABEL, GpuCluster, GpuPool
 from components.helm import helm_release
-from components.spec import TaintSpec
+from components.spec import DURATION, TaintSpec
 
 AUTOSCALER_HELM_REPO = "https://kubernetes.github.io/autoscaler"
 AUTOSCALER_NAMESPACE = "kube-system"
@@ -33,7 +32,7 @@ COMMON_FLAGS: Mapping[str, Any] = {"skip-nodes-with-local-storage": False, "expa
 
 
 def _duration_seconds(duration: str) -> int:
-    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", duration)
+    match = DURATION.fullmatch(duration)
     assert match is not None, "validated by load_spec"
     hours, minutes, seconds = (int(part or 0) for part in match.groups())
     return hours * 3600 + minutes * 60 + seconds

@@ -45,7 +45,8 @@ LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 RESERVED_LABEL_PREFIXES = ("kubernetes.io", "k8s.io", "nvidia.com", "gpu-k8s.io")
 
 AWS_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
-DURATION = re.compile(r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$")
+# A Go-style duration limited to hours, minutes and seconds ("5m", "1h30m"); groups: h, m, s.
+DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 
 
 class _Model(BaseModel):
@@ -316,7 +317,7 @@ def _pool_issues(index: int, pool: GpuPoolSpec, spec: ClusterSpec, catalog: Cata
             f"GPU nodes need at least {MIN_GPU_DISK_GIB} GiB",
             "CUDA images are large; use 200 or more",
         )
-    if not pool.scale_down_unneeded_time or not DURATION.match(pool.scale_down_unneeded_time):
+    if not pool.scale_down_unneeded_time or not DURATION.fullmatch(pool.scale_down_unneeded_time):
         yield ConfigIssue(
             path("scaleDownUnneededTime"),
             pool.scale_down_unneeded_time,

@@ -33,6 +33,21 @@ def cluster_raw(aws_eks_config: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(aws_eks_config["gpu-k8s:cluster"])
 
 
+def minimal_cluster(**overrides: Any) -> dict[str, Any]:
+    """The smallest valid aws/eks `gpu-k8s:cluster` value, with top-level keys replaced by `overrides`."""
+    return {
+        "name": "ml",
+        "cloud": "aws",
+        "kind": "eks",
+        "kubernetesVersion": "1.35",
+        "network": {"cidr": "10.40.0.0/16"},
+        "apiAccessCidrs": ["203.0.113.0/24"],
+        "systemPool": {"instanceType": "m7i.large"},
+        "gpuPools": [{"name": "l4", "instanceType": "g6.xlarge", "maxNodes": 1}],
+        **overrides,
+    }
+
+
 def upstream(relative_path: str) -> Path:
     """A verified upstream contract file; skips with the fetch hint, or fails when CI=true."""
     try:

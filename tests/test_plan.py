@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import minimal_cluster
 from tools.engine import PROJECT_ROOT
 from tools.plan import plan_document, render_text
 
@@ -126,16 +127,12 @@ def test_aws_plan_never_imports_the_gcp_sdk():
                 {
                     "config": {
                         "gcp:project": "p",
-                        "gpu-k8s:cluster": {
-                            "name": "ml",
-                            "cloud": "gcp",
-                            "kind": "gke",
-                            "kubernetesVersion": "1.35",
-                            "network": {"cidr": "10.40.0.0/16"},
-                            "apiAccessCidrs": ["203.0.113.0/24"],
-                            "systemPool": {"instanceType": "e2-standard-4"},
-                            "gpuPools": [{"name": "l4", "instanceType": "g2-standard-8", "maxNodes": 2}],
-                        },
+                        "gpu-k8s:cluster": minimal_cluster(
+                            cloud="gcp",
+                            kind="gke",
+                            systemPool={"instanceType": "e2-standard-4"},
+                            gpuPools=[{"name": "l4", "instanceType": "g2-standard-8", "maxNodes": 2}],
+                        ),
                     }
                 }
             ),

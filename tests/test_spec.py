@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from components.spec import ConfigError, load_spec, pool_child_name
+from tests.conftest import minimal_cluster
 from tools.engine import run_program
 
 Mutation = Callable[[dict[str, Any]], None]
@@ -232,17 +233,8 @@ def test_distinct_pools_get_distinct_child_names(names):
 
 @given(st.lists(pool_names, min_size=1, max_size=6, unique=True))
 def test_valid_pool_names_always_load(names):
-    base = {
-        "name": "ml",
-        "cloud": "aws",
-        "kind": "eks",
-        "kubernetesVersion": "1.35",
-        "network": {"cidr": "10.40.0.0/16"},
-        "apiAccessCidrs": ["203.0.113.0/24"],
-        "systemPool": {"instanceType": "m7i.large"},
-        "gpuPools": [{"name": n, "instanceType": "g6.xlarge", "maxNodes": 1} for n in names],
-    }
-    assert [p.name for p in load_spec(base).gpu_pools] == names
+    pools = [{"name": n, "instanceType": "g6.xlarge", "maxNodes": 1} for n in names]
+    assert [p.name for p in load_spec(minimal_cluster(gpuPools=pools)).gpu_pools] == names
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

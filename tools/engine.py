@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.stack import run_in_stack
@@ -229,8 +230,6 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
 def stack_config(stack_file: Path) -> dict[str, Any]:
     """Project-level defaults from Pulumi.yaml overlaid with the stack file's `config:`, as the CLI does."""
-    import yaml
-
     project = yaml.safe_load((PROJECT_ROOT / "Pulumi.yaml").read_text())
     merged: dict[str, Any] = {}
     for key, declaration in (project.get("config") or {}).items():

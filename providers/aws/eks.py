@@ -50,7 +50,8 @@ EKS_TRAITS = PlatformTraits(
 
 
 def eks_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
-    """What the generic validation cannot know: which GPU types the EKS NVIDIA AMIs cover."""
+    """What the generic validation cannot know: EKS's node group name limit and which GPU types the
+    EKS NVIDIA AMIs cover."""
     for index, pool in enumerate(spec.gpu_pools):
         node_group_name = node_group_resource_name(pool_child_name(spec.name, pool.name))
         if len(node_group_name) + AUTONAME_SUFFIX > MAX_NODE_GROUP_NAME:
