@@ -2,8 +2,9 @@
 
 import pulumi
 
+from components.configbase import CONFIG_KEY
 from components.outputs import stack_outputs
-from components.spec import CONFIG_KEY, load_spec
+from components.spec import load_spec
 from providers import builder_for
 
 spec = load_spec(pulumi.Config().get_object(CONFIG_KEY.split(":", 1)[1]))

@@ -70,7 +70,7 @@ def node_template(pool: GpuPool, cluster_unneeded_time: str) -> NodeTemplate:
     return NodeTemplate(
         labels=dict(pool.node_labels),
         taints=pool.taints,
-        resources={"nvidia.com/gpu": str(pool.gpus_per_node)},
+        resources={resource: str(count) for resource, count in pool.offer.resources.items()},
         scale_down_unneeded_time=None if own == cluster_unneeded_time else own,
     )
 

@@ -37,7 +37,7 @@ class GpuModel:
     display_name: str
     # None where the catalog leaves the nominal size UNCONFIRMED; then the size NVML/EC2 reports is used.
     memory_gib: float | None
-    architecture: str
+    architecture: str | None
     compute_capability: str | None
     mig_profiles: tuple[MigProfile, ...]
     min_mig_driver_version: str | None
@@ -114,7 +114,7 @@ def _gpu_model(model_id: str, row: dict) -> GpuModel:
         display_name=row["display_name"],
         memory_gib=_optional_float(row.get("memory_gib"))
         or _optional_float(row.get("memory_mib_reported"), scale=1 / 1024),
-        architecture=row["architecture"],
+        architecture=row.get("architecture"),
         compute_capability=row.get("compute_capability"),
         mig_profiles=tuple(
             MigProfile(name=p["profile"], max_instances=int(p["max_instances"]))

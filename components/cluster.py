@@ -8,12 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.catalog import Catalog, MachineType
+from components.catalog import Catalog, GpuModel, MachineType
+from components.compat import DriverFacts, PoolDriverCheck, driver_issues
+from components.configbase import ConfigIssue
+from components.sharing import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    MIG_CONFIG_LABEL,
+    NodeOffer,
+    PoolMig,
+    Sharing,
+    cluster_mig_strategy,
+    mig_layout,
+    node_offer,
+    resolve_sharing,
+)
 from components.spec import ClusterSpec, GpuPoolSpec, TaintSpec
 
 # Every GPU node carries this taint so only pods that ask for GPUs (and tolerate it) land there.
@@ -25,9 +37,8 @@ POOL_LABEL = "gpu-k8s.io/pool"
 class PlatformTraits:
     """Facts about how a platform runs GPUs, read by the operator and autoscaler components."""
 
-    # Who installs the NVIDIA kernel driver, and which branch it is (e.g. "580").
-    driver_owner: Literal["node-image", "cloud-installer", "gpu-operator"]
-    driver_branch: str
+    # Who installs the NVIDIA kernel driver on GPU nodes, and which version (or branch) it is.
+    driver: DriverFacts
     # The NVIDIA Container Toolkit is already installed and wired into containerd on the image.
     toolkit_preinstalled: bool
     # Label the cluster-autoscaler reads to treat a GPU node as not ready until its GPUs are advertised.
@@ -40,7 +51,7 @@ class PlatformTraits:
 
     @property
     def driver_preinstalled(self) -> bool:
-        return self.driver_owner != "gpu-operator"
+        return self.driver.owner != "gpu-operator"
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,9 @@ class GpuPool:
 
     spec: GpuPoolSpec
     machine: MachineType
+    sharing: Sharing
+    # What one node offers the scheduler once its GPUs are set up (and what scale-from-zero assumes).
+    offer: NodeOffer
     node_labels: dict[str, str]
     taints: tuple[TaintSpec, ...]
 
@@ -58,21 +72,79 @@ class GpuPool:
 
     @property
     def gpu_model_id(self) -> str:
+        return self.machine_gpu_model.id
+
+    @property
+    def machine_gpu_model(self) -> GpuModel:
         assert self.machine.gpu_model is not None, "validated by load_spec"
-        return self.machine.gpu_model.id
+        return self.machine.gpu_model
+
+
+def _gpu_model(spec: ClusterSpec, pool: GpuPoolSpec, catalog: Catalog) -> tuple[MachineType, GpuModel]:
+    machine = catalog.machine_type(spec.cloud, pool.instance_type)
+    assert machine is not None and machine.gpu_model is not None, "validated by load_spec"
+    return machine, machine.gpu_model
 
 
 def resolve_pools(spec: ClusterSpec, catalog: Catalog, accelerator_label: str) -> tuple[GpuPool, ...]:
-    """Attach catalog facts, node labels and taints to every GPU pool of a validated spec."""
+    """Attach catalog facts, sharing, node labels and taints to every GPU pool of a validated spec."""
+    mig_pools = [
+        PoolMig(
+            index,
+            pool.name,
+            mig_layout(pool.sharing, _gpu_model(spec, pool, catalog)[1], pool.name),
+            pool.sharing.strategy,
+        )
+        for index, pool in enumerate(spec.gpu_pools)
+        if pool.sharing.mode == "mig"
+    ]
+    mig_strategy = cluster_mig_strategy(mig_pools)
     pools = []
     for pool in spec.gpu_pools:
-        machine = catalog.machine_type(spec.cloud, pool.instance_type)
-        assert machine is not None and machine.gpu_model is not None, "validated by load_spec"
-        labels = {**pool.labels, POOL_LABEL: pool.name, accelerator_label: machine.gpu_model.id}
+        machine, model = _gpu_model(spec, pool, catalog)
+        sharing = resolve_sharing(pool.sharing, model, pool.name, mig_strategy)
+        offer = node_offer(sharing, model, machine.gpu_count)
+        labels = {**pool.labels, POOL_LABEL: pool.name, DEVICE_PLUGIN_CONFIG_LABEL: pool.name}
+        if sharing.mig is not None:
+            labels[MIG_CONFIG_LABEL] = sharing.mig.name
+        # The cluster-autoscaler treats a node with this label as unready until it advertises
+        # nvidia.com/gpu (the name is hard-coded: kubernetes/autoscaler#8095). Pools that advertise MIG or
+        # renamed shared resources instead would stay "unready" forever and stall scale-ups, so they go
+        # without; the cost is that a fresh node looks ready a few minutes before its GPUs are.
+        if offer.advertises_whole_gpu_resource:
+            labels[accelerator_label] = model.id
         pools.append(
-            GpuPool(spec=pool, machine=machine, node_labels=labels, taints=(GPU_TAINT, *pool.taints))
+            GpuPool(
+                spec=pool,
+                machine=machine,
+                sharing=sharing,
+                offer=offer,
+                node_labels=labels,
+                taints=(GPU_TAINT, *pool.taints),
+            )
         )
     return tuple(pools)
+
+
+def platform_issues(spec: ClusterSpec, traits: PlatformTraits, catalog: Catalog) -> list[ConfigIssue]:
+    """What the platform's driver cannot run, as errors; what runs only partly is logged as a warning."""
+    checks = []
+    for index, pool in enumerate(spec.gpu_pools):
+        _, model = _gpu_model(spec, pool, catalog)
+        checks.append(
+            PoolDriverCheck(
+                index=index,
+                name=pool.name,
+                gpu_model=model,
+                uses_mig=pool.sharing.mode == "mig",
+                cuda=pool.cuda or spec.cuda,
+                cuda_is_pool_override=pool.cuda is not None,
+            )
+        )
+    errors, warnings = driver_issues(spec, traits.driver, checks)
+    for warning in warnings:
+        pulumi.log.warn(str(warning))
+    return errors
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
 from components.cluster import GpuCluster, GpuPool, PlatformTraits
 from components.helm import helm_release
+from components.sharing import (
+    DEFAULT_DEVICE_PLUGIN_CONFIG,
+    MIG_DISABLED_LAYOUT,
+    Sharing,
+    device_plugin_config,
+    mig_parted_config,
+)
 
 NVIDIA_HELM_REPO = "https://helm.ngc.nvidia.com/nvidia"
 OPERATOR_NAMESPACE = "gpu-operator"
@@ -22,13 +31,42 @@ _CONTROL_PLANE_TOLERATION = {
 }
 
 
-def pool_tolerations(pools: tuple[GpuPool, ...]) -> list[dict[str, str]]:
+def pool_tolerations(pools: Sequence[GpuPool]) -> list[dict[str, str]]:
     """One `Exists` toleration per distinct (key, effect) among the pools' taints, in a stable order."""
     seen = sorted({(t.key, t.effect) for pool in pools for t in pool.taints})
     return [{"key": key, "operator": "Exists", "effect": effect} for key, effect in seen]
 
 
-def operator_values(traits: PlatformTraits, pools: tuple[GpuPool, ...]) -> dict[str, Any]:
+def _yaml(document: dict[str, Any]) -> str:
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+def device_plugin_configs(pools: Sequence[GpuPool]) -> dict[str, str]:
+    """ConfigMap data: one device-plugin config per pool (its nodes carry the key as a label), and a safe
+    default for GPU nodes without one: whole GPUs."""
+    data = {DEFAULT_DEVICE_PLUGIN_CONFIG: _yaml(device_plugin_config(Sharing()))}
+    data.update({pool.spec.name: _yaml(device_plugin_config(pool.sharing)) for pool in pools})
+    return data
+
+
+def custom_mig_config(pools: Sequence[GpuPool]) -> dict[str, str] | None:
+    """ConfigMap data (key `config.yaml`) for the MIG manager when some pool's layout is not built in.
+
+    It replaces the operator's built-in config, so it also carries the built-in layouts other pools use.
+    """
+    layouts = [pool.sharing.mig for pool in pools if pool.sharing.mig is not None]
+    if all(layout.builtin for layout in layouts):
+        return None
+    unique = {layout.name: layout for layout in layouts}
+    return {"config.yaml": _yaml(mig_parted_config(unique.values()))}
+
+
+def operator_values(
+    traits: PlatformTraits,
+    pools: Sequence[GpuPool],
+    device_plugin_config_name: pulumi.Input[str],
+    mig_config_name: pulumi.Input[str] | None = None,
+) -> dict[str, Any]:
     """Helm values for the gpu-operator chart on a platform with these traits and pools."""
     tolerations = pool_tolerations(pools)
     toolkit: dict[str, Any] = {"enabled": not traits.toolkit_preinstalled}
@@ -36,18 +74,33 @@ def operator_values(traits: PlatformTraits, pools: tuple[GpuPool, ...]) -> dict[
         toolkit["env"] = [{"name": "CONTAINERD_SOCKET", "value": traits.containerd_socket}]
     if traits.toolkit_install_dir:
         toolkit["installDir"] = traits.toolkit_install_dir
+    driver: dict[str, Any] = {"enabled": not traits.driver_preinstalled}
+    if not traits.driver_preinstalled:
+        driver["version"] = str(traits.driver.version)
     # cdi.enabled keeps the chart's default (true since v25.10). AWS's AL2023 NVIDIA example values do not
     # set it either; whether CDI injection works with the AMI's preinstalled toolkit is UNCONFIRMED here
     # and needs a GPU smoke test on a real node.
     values: dict[str, Any] = {
-        "driver": {"enabled": not traits.driver_preinstalled},
+        "driver": driver,
         "toolkit": toolkit,
+        "devicePlugin": {
+            "config": {"name": device_plugin_config_name, "default": DEFAULT_DEVICE_PLUGIN_CONFIG}
+        },
         "daemonsets": {"tolerations": tolerations},
         "node-feature-discovery": {"worker": {"tolerations": [_CONTROL_PLANE_TOLERATION, *tolerations]}},
         # The chart enables a ServiceMonitor by default, which needs the Prometheus Operator CRDs;
         # a fresh cluster has none. Users with Prometheus turn it back on in their own program.
         "dcgmExporter": {"serviceMonitor": {"enabled": False}},
     }
+    mig_pools = [pool for pool in pools if pool.sharing.mig is not None]
+    if mig_pools:
+        # One strategy for the whole cluster; resolve_pools gave every MIG pool the same.
+        values["mig"] = {"strategy": mig_pools[0].sharing.mig_strategy}
+        # Changing MIG mode on a cloud VM needs a GPU reset, which only a reboot gives (AWS and NVIDIA docs).
+        mig_manager: dict[str, Any] = {"env": [{"name": "WITH_REBOOT", "value": "true"}]}
+        if mig_config_name is not None:
+            mig_manager["config"] = {"name": mig_config_name, "default": MIG_DISABLED_LAYOUT}
+        values["migManager"] = mig_manager
     if traits.driver_install_dir:
         values["hostPaths"] = {"driverInstallDir": traits.driver_install_dir}
     return values
@@ -82,16 +135,39 @@ class GpuOperator(pulumi.ComponentResource):
                 child, pulumi.ResourceOptions(depends_on=list(cluster.system_ready))
             ),
         )
+        in_namespace = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace]))
+        # Auto-named: a changed config gets a new name, so the operator rolls the device plugin out again
+        # (it does not watch the ConfigMap's content; gpu-sharing.rst).
+        device_plugin = k8s.core.v1.ConfigMap(
+            f"{name}-device-plugin-config",
+            metadata=k8s.meta.v1.ObjectMetaArgs(namespace=namespace.metadata.name),
+            data=device_plugin_configs(cluster.pools),
+            opts=in_namespace,
+        )
+        configs: list[pulumi.Resource] = [device_plugin]
+        mig_config_name: pulumi.Output[str] | None = None
+        mig_data = custom_mig_config(cluster.pools)
+        if mig_data is not None:
+            mig_config = k8s.core.v1.ConfigMap(
+                f"{name}-mig-config",
+                metadata=k8s.meta.v1.ObjectMetaArgs(namespace=namespace.metadata.name),
+                data=mig_data,
+                opts=in_namespace,
+            )
+            configs.append(mig_config)
+            mig_config_name = mig_config.metadata.name
         release = helm_release(
             f"{name}-release",
             chart="gpu-operator",
             version=args.chart_version,
             repository=NVIDIA_HELM_REPO,
             namespace=namespace.metadata.name,
-            values=operator_values(cluster.traits, cluster.pools),
+            values=operator_values(
+                cluster.traits, cluster.pools, device_plugin.metadata.name, mig_config_name
+            ),
             parent=self,
             provider=cluster.k8s_provider,
-            depends_on=[namespace],
+            depends_on=[namespace, *configs],
         )
         self.namespace = namespace.metadata.name
         self.release_status = release.status

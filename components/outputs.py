@@ -8,13 +8,20 @@ from components.cluster import GpuCluster
 
 
 def pool_summary(cluster: GpuCluster) -> list[dict[str, Any]]:
-    """Per GPU pool: what a node is and how far the pool scales (plain data, no secrets)."""
+    """Per GPU pool: what a node is, how it shares its GPUs and how far the pool scales (no secrets)."""
     return [
         {
             "name": pool.spec.name,
             "instanceType": pool.spec.instance_type,
             "gpuModel": pool.gpu_model_id,
             "gpusPerNode": pool.gpus_per_node,
+            "sharing": pool.sharing.mode,
+            "slotsPerNode": pool.offer.slots_per_node,
+            "slots": [
+                {"resource": kind.resource, "perNode": kind.per_node, "memoryGiB": kind.memory_gib}
+                for kind in pool.offer.slots
+            ],
+            "isolation": pool.offer.isolation,
             "minNodes": pool.spec.min_nodes,
             "maxNodes": pool.spec.max_nodes,
             "spot": pool.spec.spot,
@@ -24,9 +31,10 @@ def pool_summary(cluster: GpuCluster) -> list[dict[str, Any]]:
 
 
 def stack_outputs(cluster: GpuCluster) -> dict[str, Any]:
+    driver = cluster.traits.driver
     return {
         "clusterName": cluster.name,
         "kubeconfig": cluster.kubeconfig,
         "gpuPools": pool_summary(cluster),
-        "gpuDriver": {"owner": cluster.traits.driver_owner, "branch": cluster.traits.driver_branch},
+        "gpuDriver": {"owner": driver.owner, "version": str(driver.version)},
     }

@@ -14,18 +14,22 @@ import ipaddress
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-import pulumi
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from components.catalog import Catalog, load_catalog
+from components.compat import GPU_OPERATOR_CHART_VERSION, addon_issues, cuda_version_issue
+from components.configbase import CONFIG_KEY, ConfigError, ConfigIssue, StrictModel, config_path
+from components.sharing import (
+    DEFAULT_DEVICE_PLUGIN_CONFIG,
+    PoolMig,
+    SharingSpec,
+    cluster_mig_issues,
+    mig_layout,
+    sharing_issues,
+)
 
-CONFIG_KEY = "gpu-k8s:cluster"
-
-GPU_OPERATOR_CHART_VERSION = "v26.7.0"
 CLUSTER_AUTOSCALER_CHART_VERSION = "9.59.0"
 
 # Kubernetes minors the pinned GPU Operator (v26.7.0) supports: NVIDIA platform-support.rst, 1.33-1.36.
@@ -49,13 +53,14 @@ AWS_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True, strict=True
-    )
+def _quoted_version(value: Any, key: str, example: str) -> Any:
+    """YAML reads 12.10 as the number 12.1; versions must be strings."""
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        raise ValueError(f'YAML read this as a number; quote it, e.g. {key}: "{example}"')
+    return value
 
 
-class TaintSpec(_Model):
+class TaintSpec(StrictModel):
     """A Kubernetes taint added to every node of a pool (and to its scale-from-zero template)."""
 
     key: str
@@ -63,7 +68,7 @@ class TaintSpec(_Model):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
-class NetworkSpec(_Model):
+class NetworkSpec(StrictModel):
     """A new VPC (`cidr` + `availabilityZones`) or an existing one (`vpcId` + subnet ids)."""
 
     cidr: str | None = None
@@ -79,7 +84,7 @@ class NetworkSpec(_Model):
         return self.vpc_id is None
 
 
-class SystemPoolSpec(_Model):
+class SystemPoolSpec(StrictModel):
     """On-demand CPU nodes for cluster add-ons (CoreDNS, the operator, the autoscaler)."""
 
     instance_type: str
@@ -87,7 +92,7 @@ class SystemPoolSpec(_Model):
     disk_size_gib: Annotated[int, Field(ge=20, le=MAX_DISK_GIB, alias="diskSizeGiB")] = 50
 
 
-class GpuPoolSpec(_Model):
+class GpuPoolSpec(StrictModel):
     """One autoscaled group of identical GPU nodes."""
 
     name: str
@@ -100,16 +105,26 @@ class GpuPoolSpec(_Model):
     taints: tuple[TaintSpec, ...] = ()
     # How long a GPU node may sit unneeded before the autoscaler removes it; GPUs are the expensive part.
     scale_down_unneeded_time: str = "5m"
+    sharing: SharingSpec = SharingSpec()
+    # Overrides the cluster's `cuda` for this pool (e.g. an older GPU that newer CUDA dropped).
+    cuda: str | None = None
+
+    @field_validator("cuda", mode="before")
+    @classmethod
+    def _cuda_must_be_quoted(cls, value: Any) -> Any:
+        return _quoted_version(value, "cuda", "12.8")
 
 
-class AddonVersions(_Model):
+class AddonVersions(StrictModel):
     """Chart versions; the defaults are the versions the contract tests check the rendered values against."""
 
     gpu_operator: str = GPU_OPERATOR_CHART_VERSION
     cluster_autoscaler: str = CLUSTER_AUTOSCALER_CHART_VERSION
+    # The driver the GPU Operator installs, on platforms where it installs one (default: the chart's).
+    nvidia_driver: str | None = None
 
 
-class ClusterSpec(_Model):
+class ClusterSpec(StrictModel):
     """The whole cluster as the stack file describes it."""
 
     name: str
@@ -123,46 +138,18 @@ class ClusterSpec(_Model):
     system_pool: SystemPoolSpec
     gpu_pools: Annotated[tuple[GpuPoolSpec, ...], Field(min_length=1)]
     addon_versions: AddonVersions = AddonVersions()
+    # The newest CUDA release the workloads are built for ("12.8"); checked against each pool's driver.
+    cuda: str | None = None
 
     @field_validator("kubernetes_version", mode="before")
     @classmethod
     def _version_must_be_quoted(cls, value: Any) -> Any:
-        if isinstance(value, float | int):
-            raise ValueError('YAML read this as a number; quote it, e.g. kubernetesVersion: "1.35"')
-        return value
+        return _quoted_version(value, "kubernetesVersion", "1.35")
 
-
-@dataclass(frozen=True)
-class ConfigIssue:
-    """One problem in the stack config, phrased for the person who wrote it."""
-
-    path: str
-    value: Any
-    problem: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.value!r} - {self.problem}. Fix: {self.fix}"
-
-
-class ConfigError(pulumi.RunError):
-    """Every problem found in the stack config; raised before any resource is registered.
-
-    A RunError, so the Pulumi CLI prints the message alone instead of a Python traceback.
-    """
-
-    def __init__(self, issues: Iterable[ConfigIssue]):
-        self.issues = tuple(issues)
-        lines = "\n".join(f"  - {issue}" for issue in self.issues)
-        super().__init__(f"invalid stack config ({len(self.issues)} problem(s)):\n{lines}")
-
-
-def config_path(*parts: str | int) -> str:
-    """`gpu-k8s:cluster.gpuPools[1].maxNodes` from ("gpuPools", 1, "maxNodes")."""
-    path = CONFIG_KEY
-    for part in parts:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return path
+    @field_validator("cuda", mode="before")
+    @classmethod
+    def _cuda_must_be_quoted(cls, value: Any) -> Any:
+        return _quoted_version(value, "cuda", "12.8")
 
 
 # Keys people reach for that this toolkit decides itself, with the reason.
@@ -348,6 +335,18 @@ def _pool_issues(index: int, pool: GpuPoolSpec, spec: ClusterSpec, catalog: Cata
             "has no NVIDIA GPU",
             "use a GPU type, e.g. " + ", ".join(catalog.nearest_gpu_types(spec.cloud, pool.instance_type)),
         )
+    else:
+        assert machine.gpu_model is not None
+        yield from sharing_issues(lambda key: path("sharing", key), pool.sharing, machine.gpu_model)
+    if pool.name == DEFAULT_DEVICE_PLUGIN_CONFIG:
+        yield ConfigIssue(
+            path("name"),
+            pool.name,
+            "is the device-plugin config GPU nodes outside any pool get",
+            "pick another pool name",
+        )
+    if pool.cuda is not None:
+        yield from filter(None, [cuda_version_issue(path("cuda"), pool.cuda)])
     for key, value in pool.labels.items():
         yield from filter(
             None, [_label_key_issue(path("labels", key), key), _label_value_issue(path("labels", key), value)]
@@ -419,7 +418,11 @@ def _semantic_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssu
             "not an EC2 instance type name",
             "use a type like m7i.large",
         )
+    if spec.cuda is not None:
+        yield from filter(None, [cuda_version_issue(config_path("cuda"), spec.cuda)])
+    yield from addon_issues(spec)
     seen: dict[str, int] = {}
+    mig_pools: list[PoolMig] = []
     for index, pool in enumerate(spec.gpu_pools):
         if pool.name in seen:
             yield ConfigIssue(
@@ -429,7 +432,15 @@ def _semantic_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssu
                 "give every pool its own name",
             )
         seen.setdefault(pool.name, index)
-        yield from _pool_issues(index, pool, spec, catalog)
+        pool_issues = list(_pool_issues(index, pool, spec, catalog))
+        yield from pool_issues
+        machine = catalog.machine_type(spec.cloud, pool.instance_type)
+        if pool.sharing.mode == "mig" and not pool_issues and machine and machine.gpu_model:
+            layout = mig_layout(pool.sharing, machine.gpu_model, pool.name)
+            mig_pools.append(PoolMig(index, pool.name, layout, pool.sharing.strategy))
+    yield from cluster_mig_issues(
+        mig_pools, lambda index, key: config_path("gpuPools", index, "sharing", key)
+    )
 
 
 def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:

@@ -9,7 +9,8 @@ import importlib
 from collections.abc import Callable
 
 from components.cluster import GpuCluster
-from components.spec import ClusterSpec, ConfigError, ConfigIssue, config_path
+from components.configbase import ConfigError, ConfigIssue, config_path
+from components.spec import ClusterSpec
 
 # (cloud, kind) -> "module:function" that builds the whole stack and returns its GpuCluster.
 REGISTRY: dict[tuple[str, str], str] = {

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from components.configbase import ConfigError
 from tools.engine import PROJECT_ROOT, Recording, run_program, stack_config
 from tools.upstream import UpstreamMissing, locate
 
@@ -25,6 +27,44 @@ def aws_eks_config() -> dict[str, Any]:
 def aws_eks(aws_eks_config: dict[str, Any]) -> Recording:
     """The aws-eks stack program, run once under the recording mock engine."""
     return run_program("aws-eks", aws_eks_config)
+
+
+# Every MIG flavour in one cluster: a custom layout on H100s, the built-in balanced layout on H200s, one
+# profile on A100-40GBs, plus renamed time-slicing; multi-profile layouts make the cluster's strategy mixed.
+MIXED_SHARING_POOLS = [
+    {
+        "name": "h100",
+        "instanceType": "p5.48xlarge",
+        "maxNodes": 1,
+        "sharing": {"mode": "mig", "layout": {"1g.10gb": 3, "4g.40gb": 1}},
+    },
+    {
+        "name": "h200",
+        "instanceType": "p5e.48xlarge",
+        "maxNodes": 1,
+        "sharing": {"mode": "mig", "layout": "all-balanced"},
+    },
+    {
+        "name": "a100",
+        "instanceType": "p4d.24xlarge",
+        "maxNodes": 1,
+        "sharing": {"mode": "mig", "profile": "3g.20gb"},
+    },
+    {
+        "name": "ts",
+        "instanceType": "g6.xlarge",
+        "maxNodes": 1,
+        "sharing": {"mode": "timeSlicing", "replicas": 3, "renameByDefault": True},
+    },
+]
+
+
+@pytest.fixture(scope="session")
+def mixed_sharing(aws_eks_config: dict[str, Any]) -> Recording:
+    """The aws-eks stack with MIXED_SHARING_POOLS instead of the example's pools."""
+    config = copy.deepcopy(aws_eks_config)
+    config["gpu-k8s:cluster"]["gpuPools"] = MIXED_SHARING_POOLS
+    return run_program("mixed", config)
 
 
 @pytest.fixture
@@ -46,6 +86,43 @@ def minimal_cluster(**overrides: Any) -> dict[str, Any]:
         "gpuPools": [{"name": "l4", "instanceType": "g6.xlarge", "maxNodes": 1}],
         **overrides,
     }
+
+
+Mutation = Callable[[dict[str, Any]], None]
+
+
+def set_path(path: str, value: Any) -> Mutation:
+    """A mutation that sets a dotted path (list indexes as numbers) in the cluster config."""
+
+    def mutate(cluster: dict[str, Any]) -> None:
+        *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+        node: Any = cluster
+        for part in parents:
+            node = node[part]
+        node[last] = value
+
+    return mutate
+
+
+def delete_key(key: str) -> Mutation:
+    return lambda cluster: cluster.pop(key)
+
+
+def assert_refused_before_any_resource(
+    stack_config_: dict[str, Any], mutation: Mutation, path: str, words: Iterable[str]
+) -> None:
+    """Run the program on a broken copy of a stack config: a ConfigError naming `path` and `words`, and
+    nothing registered."""
+    config = copy.deepcopy(stack_config_)
+    mutation(config["gpu-k8s:cluster"])
+    registered: list = []
+    with pytest.raises(ConfigError) as caught:
+        registered = run_program("bad", config).registrations
+    message = str(caught.value)
+    assert path in message, message
+    for word in words:
+        assert word in message, message
+    assert registered == []
 
 
 def upstream(relative_path: str) -> Path:

@@ -11,7 +11,16 @@ from providers.aws.autoscaling import TEMPLATE_PREFIX
 from tools.engine import Recording, Registration, Secret
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
-GPU_POOLS = {"l40s": ("g6e.xlarge", True, 4), "h100": ("p5.48xlarge", False, 2)}
+# name: (instance type, spot, maxNodes, disk GiB) as the example stack file says.
+GPU_POOLS = {
+    "l40s": ("g6e.xlarge", True, 4, 200),
+    "a10g-shared": ("g5.xlarge", True, 4, 200),
+    "l4-mps": ("g6.12xlarge", False, 2, 200),
+    "h100": ("p5.48xlarge", False, 2, 500),
+}
+# Schedulable nvidia.com/gpu per node, worked out by hand: 1 L40S whole; 1 A10G x 4 time-slices;
+# 4 L4 x 4 MPS clients; 8 H100 x 7 MIG 1g.10gb slices (single strategy: advertised as nvidia.com/gpu).
+GPU_SLOTS_PER_NODE = {"l40s": 1, "a10g-shared": 4, "l4-mps": 16, "h100": 56}
 
 
 def gpu_node_groups(rec: Recording) -> dict[str, Registration]:
@@ -26,7 +35,7 @@ def test_one_gpu_node_group_per_pool_with_nvidia_ami_taint_labels_and_min_zero(a
     groups = gpu_node_groups(aws_eks)
     assert set(groups) == set(GPU_POOLS)
     catalog = load_catalog()
-    for pool, (instance_type, spot, max_nodes) in GPU_POOLS.items():
+    for pool, (instance_type, spot, max_nodes, _) in GPU_POOLS.items():
         group = groups[pool].inputs
         model = catalog.machine_type("aws", instance_type).gpu_model.id
         assert group["amiType"] == "AL2023_x86_64_NVIDIA"
@@ -43,7 +52,7 @@ def test_gpu_node_groups_ignore_the_autoscaled_desired_size(aws_eks):
 
 
 def test_gpu_launch_templates_encrypt_gp3_root_of_pool_size_and_require_imdsv2(aws_eks):
-    for pool, disk in (("l40s", 200), ("h100", 500)):
+    for pool, (_, _, _, disk) in GPU_POOLS.items():
         template = aws_eks.by_name(f"ml-gpu-{pool}-lt").inputs
         (root,) = template["blockDeviceMappings"]
         assert root["deviceName"] == "/dev/xvda"
@@ -80,9 +89,11 @@ def test_asg_template_tags_match_the_pool_spec(aws_eks, pool):
     assert labels == group["labels"]
     taints = {k.removeprefix(f"{TEMPLATE_PREFIX}/taint/"): v for k, v in tags.items() if "/taint/" in k}
     assert taints == {"nvidia.com/gpu": "true:NoSchedule"}
-    gpus = load_catalog().machine_type("aws", GPU_POOLS[pool][0]).gpu_count
-    assert tags[f"{TEMPLATE_PREFIX}/resources/nvidia.com/gpu"] == str(gpus)
-    # Both pools use the default idle time, which the autoscaler gets as its cluster-wide flag.
+    resources = {
+        k.removeprefix(f"{TEMPLATE_PREFIX}/resources/"): v for k, v in tags.items() if "/resources/" in k
+    }
+    assert resources == {"nvidia.com/gpu": str(GPU_SLOTS_PER_NODE[pool])}
+    # Every pool uses the default idle time, which the autoscaler gets as its cluster-wide flag.
     assert not [key for key in tags if "autoscaling-options" in key]
 
 
@@ -197,6 +208,8 @@ def test_gpu_operator_release(aws_eks):
     values = release["values"]
     assert values["driver"] == {"enabled": False}
     assert values["toolkit"] == {"enabled": False}
+    assert values["mig"] == {"strategy": "single"}
+    assert values["migManager"] == {"env": [{"name": "WITH_REBOOT", "value": "true"}]}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in values["daemonsets"][
         "tolerations"
     ]
@@ -246,12 +259,19 @@ def test_autoscaler_can_write_only_to_this_clusters_groups(aws_eks):
 
 
 def test_stack_outputs_summarise_pools(aws_eks):
-    pools = aws_eks.outputs["gpuPools"]
-    assert [(p["name"], p["gpuModel"], int(p["gpusPerNode"])) for p in pools] == [
-        ("l40s", "nvidia-l40s", 1),
-        ("h100", "nvidia-h100-80gb", 8),
-    ]
-    assert aws_eks.outputs["gpuDriver"] == {"owner": "node-image", "branch": "580"}
+    pools = {p["name"]: p for p in aws_eks.outputs["gpuPools"]}
+    assert {
+        name: (p["gpuModel"], p["sharing"], p["slotsPerNode"], p["isolation"]) for name, p in pools.items()
+    } == {
+        "l40s": ("nvidia-l40s", "none", 1, "hardware"),
+        "a10g-shared": ("nvidia-a10g", "timeSlicing", 4, "none"),
+        "l4-mps": ("nvidia-l4", "mps", 16, "memory+compute limits"),
+        "h100": ("nvidia-h100-80gb", "mig", 56, "hardware"),
+    }
+    # A quarter of a 24 GiB GPU per MPS client; one 1g.10gb slice is an eighth of an H100's 80 GiB.
+    assert pools["l4-mps"]["slots"] == [{"resource": "nvidia.com/gpu", "perNode": 16, "memoryGiB": 6}]
+    assert pools["h100"]["slots"] == [{"resource": "nvidia.com/gpu", "perNode": 56, "memoryGiB": 10}]
+    assert aws_eks.outputs["gpuDriver"] == {"owner": "node-image", "version": "580.x"}
 
 
 def test_existing_vpc_creates_no_network_resources(aws_eks_config):

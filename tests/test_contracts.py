@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,16 @@ import pytest
 import yaml
 
 from components.autoscaler import COMMON_FLAGS
+from components.catalog import load_catalog
+from components.sharing import (
+    BALANCED_LAYOUTS,
+    MIG_PROFILE,
+    NOT_IN_OPERATOR_CONFIG,
+    MigGeometry,
+    SharingSpec,
+    builtin_layouts,
+    mig_layout,
+)
 from components.spec import (
     CLUSTER_AUTOSCALER_CHART_VERSION,
     GPU_OPERATOR_CHART_VERSION,
@@ -82,9 +93,12 @@ def release_values(aws_eks, name: str) -> dict[str, Any]:
     return aws_eks.by_name(name).inputs["values"]
 
 
-def test_gpu_operator_values_exist_in_the_pinned_chart(aws_eks):
+@pytest.mark.parametrize("stack", ["aws_eks", "mixed_sharing"])
+def test_gpu_operator_values_exist_in_the_pinned_chart(request, stack):
     chart = upstream_yaml(f"gpu-operator/{GPU_OPERATOR_CHART_VERSION}/values.yaml")
-    assert unknown_values(release_values(aws_eks, "ml-gpu-operator-release"), chart) == []
+    assert (
+        unknown_values(release_values(request.getfixturevalue(stack), "ml-gpu-operator-release"), chart) == []
+    )
 
 
 def test_gpu_operator_nfd_values_exist_in_the_vendored_subchart(aws_eks):
@@ -119,20 +133,21 @@ def test_operator_defaults_we_extend_are_still_the_charts(aws_eks):
         assert toleration in ours["node-feature-discovery"]["worker"]["tolerations"]
 
 
-def kubernetes_objects(aws_eks) -> list[dict[str, Any]]:
-    """Every Kubernetes object the stack registers directly (Helm releases are checked by their values)."""
+def kubernetes_objects(*recordings) -> list[dict[str, Any]]:
+    """Every Kubernetes object the stacks register directly (Helm releases are checked by their values)."""
     objects = [
         r.inputs
-        for r in aws_eks.registrations
+        for recording in recordings
+        for r in recording.registrations
         if r.type.startswith("kubernetes:") and r.type != "kubernetes:helm.sh/v3:Release"
     ]
     return [*objects, default_storage_class_manifest()]
 
 
 @pytest.mark.parametrize("minor", SUPPORTED_KUBERNETES_MINORS)
-def test_kubernetes_objects_pass_strict_schema_validation(aws_eks, minor):
-    objects = kubernetes_objects(aws_eks)
-    assert {o["kind"] for o in objects} == {"Namespace", "StorageClass"}
+def test_kubernetes_objects_pass_strict_schema_validation(aws_eks, mixed_sharing, minor):
+    objects = kubernetes_objects(aws_eks, mixed_sharing)
+    assert {o["kind"] for o in objects} == {"Namespace", "StorageClass", "ConfigMap"}
     for obj in objects:
         kubernetes_validate.validate(obj, f"{minor}.0", strict=True)
 
@@ -312,3 +327,240 @@ def test_project_file_uses_only_schema_fields():
         assert declaration.get("type", "string") in {"string", "integer", "boolean", "array"}, key
     assert project["config"]["pulumi:disable-default-providers"]["value"] == ["*"]
     assert Path(PROJECT_ROOT / "stacks" / "README.md").is_file()
+
+
+# --- GPU sharing: the device-plugin and mig-parted configs, parsed back and checked against upstream ---
+# kubernetes-validate only sees ConfigMap strings; these checks read what the device plugin and the MIG
+# manager will read.
+
+DEVICE_PLUGIN_EXAMPLES = (
+    "k8s-device-plugin/0.20.0/readme-examples/time-slicing-config.yaml",
+    "k8s-device-plugin/0.20.0/readme-examples/mps-config.yaml",
+    "k8s-device-plugin/0.20.0/readme-examples/config-file.yaml",
+)
+OPERATOR_SHARING_EXAMPLES = (
+    f"gpu-operator/{GPU_OPERATOR_CHART_VERSION}/docs-examples/time-slicing-config-all.yaml",
+    f"gpu-operator/{GPU_OPERATOR_CHART_VERSION}/docs-examples/time-slicing-config-fine.yaml",
+    f"gpu-operator/{GPU_OPERATOR_CHART_VERSION}/docs-examples/time-slicing-config-sample.yaml",
+)
+OPERATOR_MIG_CONFIG = (
+    f"gpu-operator/{GPU_OPERATOR_CHART_VERSION}/assets/state-mig-manager/0400_configmap.yaml"
+)
+MIG_PARTED_EXAMPLES = (
+    "mig-parted/v0.15.0/examples/config.yaml",
+    "mig-parted/v0.15.0/examples/dgx-station-80gb-config.yaml",
+)
+# k8s-device-plugin api/config/v1 (REFERENCE.md 1.2): Config, ReplicatedResources, ReplicatedResource.
+CONFIG_KEYS = {"version", "flags", "resources", "sharing", "imex"}
+REPLICATED_KEYS = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
+REPLICATED_RESOURCE_KEYS = {"name", "rename", "devices", "replicas"}
+SHARABLE_RESOURCE = re.compile(r"^nvidia\.com/(gpu|mig-\d+g\.\d+gb)$")
+MIG_DEVICE_SPEC_KEYS = {"device-filter", "devices", "mig-enabled", "mig-devices"}
+
+
+def device_plugin_problems(config: Any) -> list[str]:
+    """Why the device plugin would reject (or silently ignore) this config; [] when it is sound."""
+    if not isinstance(config, dict) or config.get("version") != "v1":
+        return ["version must be v1"]
+    problems = [f"unknown key {key}" for key in set(config) - CONFIG_KEYS]
+    sharing = config.get("sharing") or {}
+    if len(set(sharing) & {"timeSlicing", "mps"}) > 1 or set(sharing) - {"timeSlicing", "mps"}:
+        problems.append(f"sharing must be exactly one of timeSlicing, mps: {sorted(sharing)}")
+    for mode, replicated in sharing.items():
+        problems += [f"{mode}: unknown key {key}" for key in set(replicated) - REPLICATED_KEYS]
+        problems += [
+            f"{mode}.{key} must be a bool"
+            for key in ("renameByDefault", "failRequestsGreaterThanOne")
+            if key in replicated and not isinstance(replicated[key], bool)
+        ]
+        resources = replicated.get("resources") or []
+        if not resources:
+            problems.append(f"{mode}: no resources")
+        for resource in resources:
+            problems += [
+                f"{mode}: unknown resource key {key}" for key in set(resource) - REPLICATED_RESOURCE_KEYS
+            ]
+            if not SHARABLE_RESOURCE.match(str(resource.get("name"))):
+                problems.append(f"{mode}: {resource.get('name')} cannot be shared")
+            replicas = resource.get("replicas")
+            # A strategy is active only with replicas > 1 (api/config/v1/replicas.go).
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 2:
+                problems.append(f"{mode}: replicas {replicas!r} shares nothing")
+    return problems
+
+
+def mig_parted_problems(config: Any) -> list[str]:
+    """Why mig-parted would reject this config (its `version: v1` format); [] when it is sound."""
+    if (
+        not isinstance(config, dict)
+        or config.get("version") != "v1"
+        or set(config) != {"version", "mig-configs"}
+    ):
+        return ["must be {version: v1, mig-configs: ...}"]
+    problems = []
+    for name, specs in config["mig-configs"].items():
+        for spec in specs:
+            problems += [f"{name}: unknown key {key}" for key in set(spec) - MIG_DEVICE_SPEC_KEYS]
+            devices = spec.get("devices")
+            if devices != "all" and not (
+                isinstance(devices, list) and all(isinstance(d, int) for d in devices)
+            ):
+                problems.append(f"{name}: devices must be 'all' or a list of indexes")
+            if not isinstance(spec.get("mig-enabled"), bool):
+                problems.append(f"{name}: mig-enabled must be a bool")
+            for profile, count in (spec.get("mig-devices") or {}).items():
+                if not MIG_PROFILE.match(profile.split("+")[0].split("-")[0]) or not isinstance(count, int):
+                    problems.append(f"{name}: {profile}: {count!r} is not a MIG profile count")
+            if spec.get("mig-devices") and not spec["mig-enabled"]:
+                problems.append(f"{name}: MIG devices on a GPU with MIG disabled")
+    return problems
+
+
+def config_map_documents(recording, name: str) -> dict[str, Any]:
+    return {key: yaml.safe_load(text) for key, text in recording.by_name(name).inputs["data"].items()}
+
+
+def upstream_device_plugin_configs() -> list[Any]:
+    documents = [upstream_yaml(path) for path in DEVICE_PLUGIN_EXAMPLES]
+    for path in OPERATOR_SHARING_EXAMPLES:
+        documents += [yaml.safe_load(text) for text in upstream_yaml(path)["data"].values()]
+    return documents
+
+
+def test_upstream_device_plugin_examples_pass_our_checker():
+    documents = upstream_device_plugin_configs()
+    assert len(documents) == 7
+    for document in documents:
+        assert device_plugin_problems(document) == [], document
+
+
+@pytest.mark.parametrize(
+    ("broken", "problem"),
+    [
+        (
+            {
+                "version": "v1",
+                "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 0}]}},
+            },
+            "replicas 0",
+        ),
+        (
+            {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replica": 4}]}}},
+            "unknown resource key",
+        ),
+        ({"version": "v2"}, "version"),
+        (
+            {"version": "v1", "sharing": {"timeSlicing": {"renameByDefault": "yes", "resources": []}}},
+            "must be a bool",
+        ),
+    ],
+)
+def test_device_plugin_checker_catches_what_kubernetes_validate_cannot(broken, problem):
+    assert any(problem in p for p in device_plugin_problems(broken))
+
+
+@pytest.mark.parametrize("stack", ["aws_eks", "mixed_sharing"])
+def test_rendered_device_plugin_configs_are_sound_and_shaped_like_upstream(request, stack):
+    recording = request.getfixturevalue(stack)
+    documents = config_map_documents(recording, "ml-gpu-operator-device-plugin-config")
+    upstream_keys = {key for doc in upstream_device_plugin_configs() for key in doc}
+    upstream_replicated = {
+        key
+        for doc in upstream_device_plugin_configs()
+        for mode in (doc.get("sharing") or {}).values()
+        for key in mode
+    }
+    for key, document in documents.items():
+        assert device_plugin_problems(document) == [], (key, document)
+        assert set(document) <= upstream_keys
+        for replicated in (document.get("sharing") or {}).values():
+            assert set(replicated) <= upstream_replicated
+
+
+def test_upstream_mig_configs_pass_our_checker():
+    documents = [yaml.safe_load(upstream_yaml(OPERATOR_MIG_CONFIG)["data"]["config.yaml"])]
+    documents += [upstream_yaml(path) for path in MIG_PARTED_EXAMPLES]
+    documents += [
+        yaml.safe_load(
+            upstream_yaml(f"gpu-operator/{GPU_OPERATOR_CHART_VERSION}/docs-examples/custom-mig-config.yaml")[
+                "data"
+            ]["config.yaml"]
+        )
+    ]
+    for document in documents:
+        assert mig_parted_problems(document) == []
+
+
+def test_rendered_mig_config_is_sound_and_every_layout_fits_its_gpu(mixed_sharing):
+    (document,) = config_map_documents(mixed_sharing, "ml-gpu-operator-mig-config").values()
+    assert mig_parted_problems(document) == []
+    assert mig_parted_problems({**document, "version": "v2"}) != []
+    catalog = load_catalog()
+    pools = {p["name"]: p for p in mixed_sharing.outputs["gpuPools"]}
+    groups = {
+        r.inputs["labels"].get("nvidia.com/mig.config"): r
+        for r in mixed_sharing.by_type("aws:eks/nodeGroup:NodeGroup")
+    }
+    for layout, (spec,) in document["mig-configs"].items():
+        if layout == "all-disabled":
+            continue
+        pool = pools[groups[layout].inputs["labels"]["gpu-k8s.io/pool"]]
+        model = catalog.gpu_models[pool["gpuModel"]]
+        assert MigGeometry.of(model).misfit(spec["mig-devices"]) is None, layout
+
+
+def operator_mig_layouts() -> dict[str, list[dict[str, int]]]:
+    """The operator's built-in layouts: name -> the mig-devices of each of its device entries."""
+    configs = yaml.safe_load(upstream_yaml(OPERATOR_MIG_CONFIG)["data"]["config.yaml"])["mig-configs"]
+    return {name: [spec.get("mig-devices") or {} for spec in specs] for name, specs in configs.items()}
+
+
+def test_every_builtin_layout_we_name_is_the_operators_for_that_gpu():
+    """`profile: X` and `layout: all-...` pick a layout by name; the operator must define it identically."""
+    upstream_layouts = operator_mig_layouts()
+    for model in load_catalog().gpu_models.values():
+        if not model.mig_capable:
+            continue
+        assert builtin_layouts(model) or model.id in NOT_IN_OPERATOR_CONFIG
+        for name, devices in builtin_layouts(model).items():
+            assert devices in upstream_layouts.get(name, []), (model.id, name, devices)
+
+
+def test_balanced_layouts_table_is_the_operators():
+    upstream_balanced = operator_mig_layouts()["all-balanced"]
+    assert all(layout in upstream_balanced for layout in BALANCED_LAYOUTS.values())
+    # A GPU without an all-balanced entry upstream must not claim one.
+    profile_sets = [set(layout) for layout in upstream_balanced]
+    for model in load_catalog().gpu_models.values():
+        if model.mig_capable and model.id not in BALANCED_LAYOUTS:
+            assert not any(s <= set(MigGeometry.of(model).profiles) for s in profile_sets), model.id
+
+
+def test_a_gpu_missing_from_the_operator_config_gets_its_profile_as_a_custom_layout():
+    model = load_catalog().gpu_models["nvidia-rtx-pro-4500-blackwell"]
+    layout = mig_layout(SharingSpec(mode="mig", profile="1g.16gb"), model, "g7")
+    assert (layout.name, dict(layout.devices), layout.builtin) == ("custom-g7", {"1g.16gb": 2}, False)
+    assert "all-1g.16gb" not in operator_mig_layouts()
+
+
+def test_mig_geometry_accepts_every_layout_nvidia_ships():
+    """Our slice budget must not refuse a layout NVIDIA builds: each upstream layout fits at least one catalog
+    GPU that has all of its profiles."""
+    layouts = [devices for entries in operator_mig_layouts().values() for devices in entries]
+    layouts += [
+        spec.get("mig-devices") or {}
+        for path in MIG_PARTED_EXAMPLES
+        for specs in upstream_yaml(path)["mig-configs"].values()
+        for spec in specs
+    ]
+    models = [m for m in load_catalog().gpu_models.values() if m.mig_capable]
+    checked = 0
+    for devices in layouts:
+        # GB300's all-1g.35gb (7 per GPU); GB300 is not in the catalog, and on the H200 1g.35gb fits 4 times.
+        if not devices or any(not MIG_PROFILE.match(p) for p in devices) or devices == {"1g.35gb": 7}:
+            continue
+        owners = [m for m in models if set(devices) <= set(MigGeometry.of(m).profiles)]
+        if owners:
+            checked += 1
+            assert any(MigGeometry.of(m).misfit(devices) is None for m in owners), devices
+    assert checked > 40

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import minimal_cluster
-from tools.engine import PROJECT_ROOT
+from tools.engine import PROJECT_ROOT, run_program
 from tools.plan import plan_document, render_text
 
 PLANS = PROJECT_ROOT / "stacks" / "plans"
@@ -56,7 +57,7 @@ def test_every_built_stack_has_a_snapshot():
 
 def test_plan_json_document_shape(aws_eks):
     document = plan_document(aws_eks)
-    assert set(document) == {"stack", "resources", "outputs"}
+    assert set(document) == {"stack", "resources", "outputs", "warnings"}
     for resource in document["resources"]:
         assert set(resource) == {"urn", "type", "name", "parent", "inputs", "dependencies", "options"}
     assert [r["urn"] for r in document["resources"]] == sorted(r["urn"] for r in document["resources"])
@@ -74,17 +75,31 @@ def test_text_plan_shows_tree_dependencies_and_pool_summary(aws_eks):
     assert "gpu-k8s:aws:EksCluster  ml" in text
     assert "ml-gpu-h100-ng -> " in text
     assert "ignoreChanges=scalingConfig.desiredSize" in text
-    pool_lines = [line.split() for line in text.splitlines() if line.strip().startswith(("l40s ", "h100 "))]
-    assert pool_lines == [
-        ["l40s", "g6e.xlarge", "nvidia-l40s", "1", "0", "4", "spot"],
-        ["h100", "p5.48xlarge", "nvidia-h100-80gb", "8", "0", "2", "on-demand"],
+    rows = [re.split(r"\s{2,}", line.strip()) for line in text.split("GPU pools")[1].splitlines()[2:6]]
+    assert [row[0] for row in rows] == ["l40s", "a10g-shared", "l4-mps", "h100"]
+    # name, instance type, GPU model, GPUs, sharing, slots/node, isolation, nodes, capacity
+    assert rows[0][1:5] == ["g6e.xlarge", "nvidia-l40s", "1", "none"]
+    assert [row[5:] for row in rows] == [
+        ["1: 1 x nvidia.com/gpu (48 GiB)", "hardware", "0-4", "spot"],
+        ["4: 4 x nvidia.com/gpu (6 GiB)", "none", "0-4", "spot"],
+        ["16: 16 x nvidia.com/gpu (6 GiB)", "memory+compute limits", "0-2", "on-demand"],
+        ["56: 56 x nvidia.com/gpu (10 GiB)", "hardware", "0-2", "on-demand"],
     ]
+
+
+def test_text_plan_lists_warnings(aws_eks_config):
+    config = json.loads(json.dumps(aws_eks_config))
+    config["gpu-k8s:cluster"]["cuda"] = "13.1"
+    text = render_text(run_program("warned", config))
+    assert "Warnings:" in text
+    assert "CUDA 13.1 wants driver >= 590.44.01" in text.split("Warnings:")[1]
 
 
 def test_cli_prints_the_plan():
     result = run_plan("aws-eks")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("Offline plan of stack aws-eks: 73 resources")
+    committed = json.loads((PLANS / "aws-eks.json").read_text())
+    assert result.stdout.startswith(f"Offline plan of stack aws-eks: {len(committed['resources'])} resources")
 
 
 def test_cli_bad_config_exits_2_with_message_on_stderr_only(tmp_path: Path):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from components.autoscaler import cluster_scale_down_unneeded_time, go_duration, node_template
 from components.catalog import load_catalog
 from components.cluster import PlatformTraits, resolve_pools
+from components.compat import DriverFacts, DriverVersion
 from components.gpu_operator import operator_values
 from components.spec import load_spec
 from providers.aws.autoscaling import scale_from_zero_tags
@@ -66,14 +67,17 @@ def pools(cluster_raw):
 
 
 def test_scale_from_zero_tags_cover_labels_taints_and_gpus(pools):
-    tags = scale_from_zero_tags(node_template(pools[1], "5m0s"))
+    h100 = next(pool for pool in pools if pool.spec.name == "h100")
+    tags = scale_from_zero_tags(node_template(h100, "5m0s"))
     prefix = "k8s.io/cluster-autoscaler/node-template"
-    assert tags[f"{prefix}/resources/nvidia.com/gpu"] == "8"
+    # 8 GPUs x 7 MIG 1g.10gb slices.
+    assert tags[f"{prefix}/resources/nvidia.com/gpu"] == "56"
     assert tags[f"{prefix}/taint/nvidia.com/gpu"] == "true:NoSchedule"
     assert tags[f"{prefix}/label/k8s.amazonaws.com/accelerator"] == "nvidia-h100-80gb"
+    assert tags[f"{prefix}/label/nvidia.com/mig.config"] == "all-1g.10gb"
     assert not any("autoscaling-options" in key for key in tags)
     # A pool whose idle time differs from the cluster-wide flag carries its own.
-    tags = scale_from_zero_tags(node_template(pools[1], "10m0s"))
+    tags = scale_from_zero_tags(node_template(h100, "10m0s"))
     assert tags[f"{prefix}/autoscaling-options/scaledownunneededtime"] == "5m0s"
 
 
@@ -92,27 +96,26 @@ def test_cluster_idle_time_is_what_most_pools_ask_for(cluster_raw):
 def test_operator_values_follow_platform_traits(pools):
     # A platform where the operator owns the driver and containerd lives elsewhere (k3s-like).
     traits = PlatformTraits(
-        driver_owner="gpu-operator",
-        driver_branch="595",
+        driver=DriverFacts("gpu-operator", DriverVersion.parse("580.126.20")),
         toolkit_preinstalled=False,
         accelerator_label="k8s.amazonaws.com/accelerator",
         containerd_socket="/run/k3s/containerd/containerd.sock",
     )
-    values = operator_values(traits, pools)
-    assert values["driver"] == {"enabled": True}
+    values = operator_values(traits, pools, "dp-config")
+    # The driver version on the handle is the one the operator is told to install.
+    assert values["driver"] == {"enabled": True, "version": "580.126.20"}
     assert values["toolkit"]["enabled"] is True
     assert values["toolkit"]["env"] == [
         {"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"}
     ]
     gke_like = PlatformTraits(
-        driver_owner="cloud-installer",
-        driver_branch="580",
+        driver=DriverFacts("cloud-installer", DriverVersion.parse("580")),
         toolkit_preinstalled=False,
         accelerator_label="cloud.google.com/gke-accelerator",
         driver_install_dir="/home/kubernetes/bin/nvidia",
         toolkit_install_dir="/home/kubernetes/bin/nvidia",
     )
-    values = operator_values(gke_like, pools)
+    values = operator_values(gke_like, pools, "dp-config")
     assert values["driver"] == {"enabled": False}
     assert values["hostPaths"] == {"driverInstallDir": "/home/kubernetes/bin/nvidia"}
     assert values["toolkit"]["installDir"] == "/home/kubernetes/bin/nvidia"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import runpy
 import sys
 import threading
@@ -75,6 +76,8 @@ class Recording:
     stack: str
     registrations: list[Registration] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    # Messages the program logged with pulumi.log.warn (the CLI prints them above the preview).
+    warnings: list[str] = field(default_factory=list)
 
     def by_type(self, type_: str) -> list[Registration]:
         return [r for r in self.registrations if r.type == type_]
@@ -130,6 +133,11 @@ class RealisticMocks(pulumi_mocks.Mocks):
             id_ = f"{prefix}-{_fake_hex(name, 17)}"
         elif token == "kubernetes:helm.sh/v3:Release":
             outputs["status"] = {"status": "deployed", "version": args.inputs.get("version")}
+        elif token.startswith("kubernetes:") and "metadata" in outputs:
+            # Pulumi auto-names objects without metadata.name: the resource name plus a random suffix.
+            metadata = dict(outputs["metadata"])
+            metadata.setdefault("name", f"{name}-{_fake_hex(name, 8)}")
+            outputs["metadata"] = metadata
         if token.startswith("aws:"):
             outputs.setdefault("arn", arn)
         return id_, outputs
@@ -228,6 +236,18 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return super().RegisterResourceOutputs(request)
 
 
+class _WarningCollector(logging.Handler):
+    """Keeps the warnings the program logs through the mock engine."""
+
+    def __init__(self, sink: list[str]):
+        super().__init__(level=logging.WARNING)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno == logging.WARNING:
+            self.sink.append(record.getMessage())
+
+
 def stack_config(stack_file: Path) -> dict[str, Any]:
     """Project-level defaults from Pulumi.yaml overlaid with the stack file's `config:`, as the CLI does."""
     project = yaml.safe_load((PROJECT_ROOT / "Pulumi.yaml").read_text())
@@ -262,7 +282,12 @@ def run_program(
     mocks = mocks or RealisticMocks(region=region)
     deny = "*" in (config.get("pulumi:disable-default-providers") or [])
     monitor = RecordingMonitor(mocks, recording, deny_default_providers=deny)
-    pulumi.runtime.set_mocks(mocks, project=PROJECT_NAME, stack=stack, preview=False, monitor=monitor)
+    logger = logging.getLogger(f"gpu-k8s.engine.{stack}")
+    logger.propagate = False
+    logger.handlers = [_WarningCollector(recording.warnings)]
+    pulumi.runtime.set_mocks(
+        mocks, project=PROJECT_NAME, stack=stack, preview=False, logger=logger, monitor=monitor
+    )
     pulumi.runtime.set_all_config(
         {key: value if isinstance(value, str) else json.dumps(value) for key, value in config.items()}
     )

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from components.spec import ConfigError
+from components.configbase import ConfigError
 from tools.engine import PROJECT_ROOT, Recording, Registration, Secret, run_program, stack_config
 
 SECRET_MARK = "[secret]"
@@ -29,7 +29,14 @@ KEY_INPUTS: dict[str, tuple[str, ...]] = {
     "aws:ec2/vpc:Vpc": ("cidrBlock",),
     "aws:ec2/subnet:Subnet": ("cidrBlock", "availabilityZone", "mapPublicIpOnLaunch"),
     "aws:eks/cluster:Cluster": ("name", "version", "enabledClusterLogTypes"),
-    "aws:eks/nodeGroup:NodeGroup": ("instanceTypes", "amiType", "capacityType", "scalingConfig", "taints"),
+    "aws:eks/nodeGroup:NodeGroup": (
+        "instanceTypes",
+        "amiType",
+        "capacityType",
+        "scalingConfig",
+        "labels",
+        "taints",
+    ),
     "aws:ec2/launchTemplate:LaunchTemplate": ("blockDeviceMappings", "metadataOptions"),
     "aws:eks/addon:Addon": ("addonName",),
     "aws:autoscaling/tag:Tag": ("tag",),
@@ -39,6 +46,7 @@ KEY_INPUTS: dict[str, tuple[str, ...]] = {
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment": ("policyArn",),
     "kubernetes:helm.sh/v3:Release": ("chart", "version", "namespace"),
     "kubernetes:core/v1:Namespace": ("metadata",),
+    "kubernetes:core/v1:ConfigMap": ("data",),
     "kubernetes:storage.k8s.io/v1:StorageClass": ("provisioner", "parameters", "volumeBindingMode"),
 }
 
@@ -70,7 +78,12 @@ def plan_document(recording: Recording) -> dict[str, Any]:
         }
         for r in sorted(recording.registrations, key=lambda r: r.urn)
     ]
-    return {"stack": recording.stack, "resources": resources, "outputs": redact(recording.outputs)}
+    return {
+        "stack": recording.stack,
+        "resources": resources,
+        "outputs": redact(recording.outputs),
+        "warnings": recording.warnings,
+    }
 
 
 def _compact(value: Any) -> str:
@@ -89,6 +102,45 @@ def _line(resource: Registration) -> str:
         else []
     )
     return "  ".join([resource.type, resource.name, *shown, *flags])
+
+
+def _slot_text(pool: dict[str, Any]) -> str:
+    return " + ".join(f"{s['perNode']} x {s['resource']} ({s['memoryGiB']:g} GiB)" for s in pool["slots"])
+
+
+def pool_table(pools: list[dict[str, Any]]) -> list[str]:
+    """One line per pool of the `gpuPools` output: hardware, sharing, slots, isolation, scaling."""
+    rows = [
+        (
+            "name",
+            "instance type",
+            "GPU model",
+            "GPUs",
+            "sharing",
+            "slots/node",
+            "isolation",
+            "nodes",
+            "capacity",
+        )
+    ]
+    rows += [
+        (
+            pool["name"],
+            pool["instanceType"],
+            pool["gpuModel"],
+            str(pool["gpusPerNode"]),
+            pool["sharing"],
+            f"{pool['slotsPerNode']}: {_slot_text(pool)}",
+            pool["isolation"],
+            f"{pool['minNodes']}-{pool['maxNodes']}",
+            "spot" if pool["spot"] else "on-demand",
+        )
+        for pool in pools
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
 
 
 def render_text(recording: Recording) -> str:
@@ -121,18 +173,10 @@ def render_text(recording: Recording) -> str:
         lines.append(f"  {count:4d}  {type_}")
     pools = redact(recording.outputs.get("gpuPools", []))
     if pools:
-        lines += [
-            "",
-            "GPU pools:",
-            f"  {'name':<14}{'instance type':<18}{'GPU model':<22}{'GPUs/node':>10}"
-            f"{'min':>6}{'max':>6}  capacity",
-        ]
-        for pool in pools:
-            lines.append(
-                f"  {pool['name']:<14}{pool['instanceType']:<18}{pool['gpuModel']:<22}"
-                f"{pool['gpusPerNode']:>10}{pool['minNodes']:>6}{pool['maxNodes']:>6}  "
-                f"{'spot' if pool['spot'] else 'on-demand'}"
-            )
+        lines += ["", "GPU pools (slots: schedulable GPU resources per node once the GPUs are set up):"]
+        lines += [f"  {line}" for line in pool_table(pools)]
+    if recording.warnings:
+        lines += ["", "Warnings:"] + [f"  {warning}" for warning in recording.warnings]
     lines += ["", "Outputs:"]
     for key, value in sorted(redact(recording.outputs).items()):
         lines.append(f"  {key}: {_compact(value)}")

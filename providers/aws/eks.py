@@ -12,9 +12,11 @@ import pulumi_kubernetes as k8s
 
 from components.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs, cluster_scale_down_unneeded_time
 from components.catalog import Catalog, load_catalog
-from components.cluster import GpuCluster, PlatformTraits, resolve_pools
+from components.cluster import GpuCluster, PlatformTraits, platform_issues, resolve_pools
+from components.compat import DriverFacts, DriverVersion
+from components.configbase import ConfigError, ConfigIssue, config_path, raise_if_any
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
-from components.spec import ClusterSpec, ConfigError, ConfigIssue, config_path, pool_child_name
+from components.spec import ClusterSpec, pool_child_name
 from providers.aws import addons
 from providers.aws.autoscaling import AutoscalerIdentity, autoscaler_cloud_values
 from providers.aws.iam import (
@@ -42,8 +44,7 @@ MAX_NODE_GROUP_NAME = 63
 AUTONAME_SUFFIX = 8
 
 EKS_TRAITS = PlatformTraits(
-    driver_owner="node-image",
-    driver_branch=AL2023_NVIDIA_DRIVER_BRANCH,
+    driver=DriverFacts(owner="node-image", version=DriverVersion.parse(AL2023_NVIDIA_DRIVER_BRANCH)),
     toolkit_preinstalled=True,
     accelerator_label="k8s.amazonaws.com/accelerator",
 )
@@ -264,9 +265,7 @@ def build(spec: ClusterSpec) -> GpuCluster:
     """Everything `pulumi up -s aws-eks` creates; validation runs before the first resource."""
     catalog = load_catalog()
     region = _region()
-    issues = list(eks_issues(spec, catalog))
-    if issues:
-        raise ConfigError(issues)
+    raise_if_any(eks_issues(spec, catalog), platform_issues(spec, EKS_TRAITS, catalog))
     provider = aws.Provider(
         f"{spec.name}-aws",
         region=region,

@@ -1,0 +1,65 @@
+"""What every part of the config model shares: the strict base model, YAML paths and the error type.
+
+Kept apart from `spec.py` so the modules that own a part of the config (sharing, driver compatibility)
+can define their models and rules without importing the whole cluster spec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+CONFIG_KEY = "gpu-k8s:cluster"
+
+
+class StrictModel(BaseModel):
+    """camelCase keys, unknown keys refused, no type coercion, immutable."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True, strict=True
+    )
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One problem in the stack config, phrased for the person who wrote it."""
+
+    path: str
+    value: Any
+    problem: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.value!r} - {self.problem}. Fix: {self.fix}"
+
+
+class ConfigError(pulumi.RunError):
+    """Every problem found in the stack config; raised before any resource is registered.
+
+    A RunError, so the Pulumi CLI prints the message alone instead of a Python traceback.
+    """
+
+    def __init__(self, issues: Iterable[ConfigIssue]):
+        self.issues = tuple(issues)
+        lines = "\n".join(f"  - {issue}" for issue in self.issues)
+        super().__init__(f"invalid stack config ({len(self.issues)} problem(s)):\n{lines}")
+
+
+def raise_if_any(*issue_groups: Iterable[ConfigIssue]) -> None:
+    """Raise one ConfigError with the issues of every group, if there are any."""
+    issues = [issue for group in issue_groups for issue in group]
+    if issues:
+        raise ConfigError(issues)
+
+
+def config_path(*parts: str | int) -> str:
+    """`gpu-k8s:cluster.gpuPools[1].maxNodes` from ("gpuPools", 1, "maxNodes")."""
+    path = CONFIG_KEY
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
