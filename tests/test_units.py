@@ -19,6 +19,8 @@ from providers.aws.autoscaling import scale_from_zero_tags
 from providers.aws.eks import render_kubeconfig
 from providers.aws.network import subnet_plan
 from providers.aws.nodes import system_ami_type, tag_resource_suffixes
+from tools.engine import PROJECT_ROOT
+from tools.rent import rent_rows, rent_table
 
 
 @given(prefix=st.integers(16, 20), zones=st.integers(2, 6), base=st.integers(0, 255))
@@ -138,3 +140,21 @@ def test_kubeconfig_structure():
         "--output",
         "json",
     ]
+
+
+def test_readme_rent_table_is_what_the_code_computes():
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    section = readme.split("<!-- rent-table:start -->\n")[1].split("<!-- rent-table:end -->")[0]
+    assert section == rent_table(), "README is stale: paste the output of `python -m tools.rent`"
+
+
+def test_rent_table_rows_follow_the_hardware():
+    rows = {(row[0], row[2]): row for row in rent_rows()}
+    # No MIG on the A10G or the L40S; three MIG choices on the H100.
+    assert [key for key in rows if key[1].startswith("mig")] == [
+        ("`p5.48xlarge`", "mig 1g.10gb"),
+        ("`p5.48xlarge`", "mig 3g.40gb"),
+        ("`p5.48xlarge`", "mig all-balanced"),
+    ]
+    assert rows[("`g6e.12xlarge`", "mps x4")][3:6] == ("16", "16 x 12 GiB", "memory+compute limits")
+    assert rows[("`p5.48xlarge`", "mig all-balanced")][3] == "32"
