@@ -72,10 +72,10 @@ class GpuPool:
 
     @property
     def gpu_model_id(self) -> str:
-        return self.machine_gpu_model.id
+        return self.gpu_model.id
 
     @property
-    def machine_gpu_model(self) -> GpuModel:
+    def gpu_model(self) -> GpuModel:
         assert self.machine.gpu_model is not None, "validated by load_spec"
         return self.machine.gpu_model
 

@@ -10,7 +10,7 @@ its `default-mig-parted-config` (assets/state-mig-manager/0400_configmap.yaml at
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -203,42 +203,46 @@ _MODE_KEYS = {
     "mig": {"profile", "layout", "strategy"},
     "none": set(),
 }
+_MPS_NOT_ON_MIG = "MPS does not run on MIG devices (k8s-device-plugin README); a pool shares one way"
 _WHY_NOT = {
-    ("mig", "replicas"): "MPS and time-slicing replicas do not combine with MIG here (the device plugin "
-    "refuses MPS on MIG devices)",
-    ("mps", "profile"): "MPS does not run on MIG devices (k8s-device-plugin README)",
-    ("mps", "layout"): "MPS does not run on MIG devices (k8s-device-plugin README)",
+    ("mig", "replicas"): "replicas belong to time-slicing and MPS, not to MIG: " + _MPS_NOT_ON_MIG,
+    ("mps", "profile"): _MPS_NOT_ON_MIG,
+    ("mps", "layout"): _MPS_NOT_ON_MIG,
 }
+PathOf = Callable[[str], str]
 
 
-def _mode_key_issues(path: Any, spec: SharingSpec) -> Iterable[ConfigIssue]:
+def _mode_key_issues(path: PathOf, spec: SharingSpec) -> Iterable[ConfigIssue]:
     allowed = _MODE_KEYS[spec.mode]
     for field_name, field in SharingSpec.model_fields.items():
         key = field.alias or field_name
         if key == "mode" or getattr(spec, field_name) is None or key in allowed:
             continue
-        owners = [mode for mode, keys in _MODE_KEYS.items() if key in keys]
-        reason = _WHY_NOT.get((spec.mode, key), f"applies to mode {' / '.join(owners)} only")
-        yield ConfigIssue(
-            path(key), getattr(spec, field_name), f"{reason}, not to mode {spec.mode}", f"remove {key}"
-        )
+        owners = " / ".join(mode for mode, keys in _MODE_KEYS.items() if key in keys)
+        reason = _WHY_NOT.get((spec.mode, key), f"applies to mode {owners} only, not to {spec.mode}")
+        yield ConfigIssue(path(key), getattr(spec, field_name), reason, f"remove {key}")
 
 
 def allowed_modes(model: GpuModel) -> list[str]:
     return ["none", "timeSlicing", "mps", *(["mig"] if model.mig_capable else [])]
 
 
-def sharing_issues(path: Any, spec: SharingSpec, model: GpuModel) -> Iterable[ConfigIssue]:
+def sharing_issues(path: PathOf, spec: SharingSpec, model: GpuModel) -> Iterable[ConfigIssue]:
     """Every problem of one pool's sharing spec against its GPU model; `path(key)` names the YAML path."""
     yield from _mode_key_issues(path, spec)
     if spec.mode in ("timeSlicing", "mps"):
         if spec.replicas is None:
             yield ConfigIssue(path("replicas"), None, f"{spec.mode} needs replicas", "set replicas, e.g. 4")
         elif not MIN_REPLICAS <= spec.replicas <= MAX_REPLICAS:
+            why = (
+                "fewer than 2 shares nothing"
+                if spec.replicas < MIN_REPLICAS
+                else "more slots than pods can use"
+            )
             yield ConfigIssue(
                 path("replicas"),
                 spec.replicas,
-                f"must be {MIN_REPLICAS}-{MAX_REPLICAS} (1 would not share; the device plugin ignores it)",
+                f"must be {MIN_REPLICAS}-{MAX_REPLICAS} ({why})",
                 "pick how many pods share one GPU, e.g. 4",
             )
         if spec.mode == "mps" and spec.fail_requests_greater_than_one is False:
@@ -262,7 +266,7 @@ def sharing_issues(path: Any, spec: SharingSpec, model: GpuModel) -> Iterable[Co
     yield from _mig_issues(path, spec, model)
 
 
-def _mig_issues(path: Any, spec: SharingSpec, model: GpuModel) -> Iterable[ConfigIssue]:
+def _mig_issues(path: PathOf, spec: SharingSpec, model: GpuModel) -> Iterable[ConfigIssue]:
     geometry = MigGeometry.of(model)
     profiles = ", ".join(geometry.profiles)
     if (spec.profile is None) == (spec.layout is None):
@@ -350,7 +354,7 @@ def _needs_mixed(pool: PoolMig) -> bool:
     return pool.strategy == "mixed" or (pool.strategy is None and not pool.layout.single_profile)
 
 
-def cluster_mig_issues(pools: Sequence[PoolMig], path: Any) -> Iterable[ConfigIssue]:
+def cluster_mig_issues(pools: Sequence[PoolMig], path: Callable[[int, str], str]) -> Iterable[ConfigIssue]:
     """Rules across pools: one MIG strategy per cluster, one meaning per layout name in a custom config."""
     strategy = cluster_mig_strategy(pools)
     mixed_by = [p.pool_name for p in pools if _needs_mixed(p)]
@@ -442,7 +446,8 @@ def node_offer(sharing: Sharing, model: GpuModel, gpus: int) -> NodeOffer:
     Time-slicing does not limit memory: its figure is the fair share. MPS enforces it (the device plugin
     pins each client to 1/replicas of memory and compute); MIG slices are separate hardware.
     """
-    memory = model.memory_gib or 0.0
+    assert model.memory_gib is not None, "every catalog GPU model has a memory size"
+    memory = model.memory_gib
     if sharing.mode in ("timeSlicing", "mps"):
         resource = SHARED_GPU if sharing.rename_by_default else WHOLE_GPU
         isolation: Isolation = "none" if sharing.mode == "timeSlicing" else "memory+compute limits"

@@ -72,3 +72,8 @@ def test_nearest_gpu_types_always_suggest_something():
     catalog = load_catalog()
     assert catalog.nearest_gpu_types("aws", "g5.xlarg")[0] == "g5.xlarge"
     assert catalog.nearest_gpu_types("aws", "zz9.huge")
+
+
+def test_every_gpu_model_has_a_memory_size():
+    """Slots per node report memory per slot; the catalog must give every model a size."""
+    assert [m.id for m in load_catalog().gpu_models.values() if not m.memory_gib] == []

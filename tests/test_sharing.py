@@ -154,7 +154,7 @@ BAD_SHARING: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "replicas-with-mig",
         set_path("gpuPools.3.sharing.replicas", 2),
         "gpuPools[3].sharing.replicas",
-        ("do not combine with MIG",),
+        ("belong to time-slicing and MPS, not to MIG",),
     ),
     (
         "replicas-one",
