@@ -106,6 +106,9 @@ def resolve_pools(spec: ClusterSpec, catalog: Catalog, accelerator_label: str) -
         offer = node_offer(sharing, model, machine.gpu_count)
         labels = {**pool.labels, POOL_LABEL: pool.name, DEVICE_PLUGIN_CONFIG_LABEL: pool.name}
         if sharing.mig is not None:
+            # Set at creation so a node scaled up from zero is partitioned before it takes pods. A report
+            # against the operator (NVIDIA/gpu-operator#2670, closed) saw the device plugin fail on such
+            # nodes until the label was toggled; whether v26.7.0 fixes it is UNCONFIRMED here.
             labels[MIG_CONFIG_LABEL] = sharing.mig.name
         # The cluster-autoscaler treats a node with this label as unready until it advertises
         # nvidia.com/gpu (the name is hard-coded: kubernetes/autoscaler#8095). Pools that advertise MIG or

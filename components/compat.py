@@ -58,8 +58,8 @@ TOOLKIT_FLOOR = "1.17.8"
 class DriverVersion:
     """An NVIDIA driver version ("595.91.07"), or only its branch ("580") where a platform states no more.
 
-    A bare branch compares by branch: EKS documents its AMIs' driver as "580" without a patch level, and
-    every minimum this module compares against is met by the first production release of its branch.
+    A bare branch compares by branch (EKS documents its AMIs' driver as "580", no patch level), so it
+    passes a minimum on its own branch that its unknown patch level may miss; `unsure_of` says when.
     """
 
     parts: tuple[int, ...]
@@ -75,6 +75,10 @@ class DriverVersion:
     @property
     def branch(self) -> int:
         return self.parts[0]
+
+    def unsure_of(self, minimum: DriverVersion) -> bool:
+        """Whether meeting `minimum` depends on a patch level this version does not state."""
+        return len(self.parts) == 1 and len(minimum.parts) > 1 and self.branch == minimum.branch
 
     def _key(self, other: DriverVersion) -> tuple[tuple[int, ...], tuple[int, ...]]:
         if len(self.parts) == 1 or len(other.parts) == 1:
@@ -235,16 +239,17 @@ def driver_issues(
         model = pool.gpu_model
         if pool.uses_mig and model.min_mig_driver_version:
             minimum = DriverVersion.parse(model.min_mig_driver_version)
+            mig_issue = ConfigIssue(
+                config_path("gpuPools", pool.index, "sharing", "mode"),
+                "mig",
+                f"pool {pool.name!r}: MIG on {model.display_name} needs driver >= {minimum}; "
+                f"the nodes run {driver.describe()}",
+                f"{fix_driver}, or use another sharing mode",
+            )
             if driver.version < minimum:
-                errors.append(
-                    ConfigIssue(
-                        config_path("gpuPools", pool.index, "sharing", "mode"),
-                        "mig",
-                        f"pool {pool.name!r}: MIG on {model.display_name} needs driver >= {minimum}; "
-                        f"the nodes run {driver.describe()}",
-                        f"{fix_driver}, or use another sharing mode",
-                    )
-                )
+                errors.append(mig_issue)
+            elif driver.version.unsure_of(minimum):
+                warnings.append(_unsure(mig_issue))
         if pool.cuda is None:
             continue
         path = (
@@ -263,15 +268,29 @@ def driver_issues(
                     f"build the workloads for CUDA {newest} or older, or {fix_driver}",
                 )
             )
-        elif driver.version < DriverVersion.parse(CUDA_RELEASE_MINIMUM_DRIVER[pool.cuda]):
+        elif driver.version < (
+            release_minimum := DriverVersion.parse(CUDA_RELEASE_MINIMUM_DRIVER[pool.cuda])
+        ):
             warnings.append(
                 ConfigIssue(
                     path,
                     pool.cuda,
-                    f"pool {pool.name!r}: CUDA {pool.cuda} wants driver >= "
-                    f"{CUDA_RELEASE_MINIMUM_DRIVER[pool.cuda]}; on {driver.describe()} it runs only under "
-                    "minor-version compatibility (no JIT of newer PTX, newer driver APIs fail)",
+                    f"pool {pool.name!r}: CUDA {pool.cuda} wants driver >= {release_minimum}; on "
+                    f"{driver.describe()} it runs only under minor-version compatibility (no JIT of newer "
+                    "PTX, newer driver APIs fail)",
                     f"build for CUDA {newest} to be fully supported, or ship SASS for the pool's GPU",
+                )
+            )
+        elif driver.version.unsure_of(release_minimum):
+            warnings.append(
+                _unsure(
+                    ConfigIssue(
+                        path,
+                        pool.cuda,
+                        f"pool {pool.name!r}: CUDA {pool.cuda} wants driver >= {release_minimum}; the nodes "
+                        f"run {driver.describe()}",
+                        f"or build for CUDA {newest_older(pool.cuda) or 'an older release'}",
+                    )
                 )
             )
         capability = _compute_capability(model)
@@ -291,6 +310,22 @@ def driver_issues(
                 )
             )
     return errors, warnings
+
+
+def _unsure(issue: ConfigIssue) -> ConfigIssue:
+    """The warning for a same-branch minimum that a driver stated only by its branch may miss."""
+    return ConfigIssue(
+        issue.path,
+        issue.value,
+        issue.problem + " (the platform states only the branch, so the patch level is unconfirmed)",
+        f"check the node image's release notes for its exact driver, {issue.fix}",
+    )
+
+
+def newest_older(cuda: str) -> str | None:
+    """The newest listed CUDA release before `cuda`."""
+    older = [c for c in CUDA_RELEASE_MINIMUM_DRIVER if _version_tuple(c) < _version_tuple(cuda)]
+    return max(older, key=_version_tuple, default=None)
 
 
 def cuda_version_issue(path: str, value: str) -> ConfigIssue | None:

@@ -310,6 +310,30 @@ def test_operator_installed_driver_rules(minimal_spec, driver, check, errors, wa
         assert "addonVersions.nvidiaDriver" in str(found_errors[0])
 
 
+@pytest.mark.parametrize(
+    ("check", "warned"),
+    [
+        (
+            _check(model=B300, cuda=None, uses_mig=True),
+            "MIG on NVIDIA B300 (Blackwell Ultra) needs driver >= 580.82.07",
+        ),
+        (_check(cuda="13.0"), "CUDA 13.0 wants driver >= 580.65.06"),
+        (_check(cuda="12.8"), None),
+    ],
+)
+def test_a_driver_known_only_by_branch_warns_on_same_branch_minimums(minimal_spec, check, warned):
+    errors, warnings = driver_issues(
+        minimal_spec, DriverFacts("node-image", DriverVersion.parse("580")), [check]
+    )
+    assert errors == []
+    if warned is None:
+        assert warnings == []
+    else:
+        (warning,) = warnings
+        assert warned in str(warning) and "patch level is unconfirmed" in str(warning)
+        assert "release notes" in warning.fix
+
+
 @pytest.fixture
 def minimal_spec():
     return load_spec(minimal_cluster())

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from components.autoscaler import cluster_scale_down_unneeded_time, go_duration, node_template
 from components.catalog import load_catalog
 from components.cluster import PlatformTraits, resolve_pools
-from components.compat import DriverFacts, DriverVersion
+from components.compat import DriverFacts, DriverVersion, operator_driver
 from components.gpu_operator import operator_values
 from components.spec import load_spec
 from providers.aws.autoscaling import scale_from_zero_tags
@@ -106,6 +106,7 @@ def test_operator_values_follow_platform_traits(pools):
     values = operator_values(traits, pools, "dp-config")
     # The driver version on the handle is the one the operator is told to install.
     assert values["driver"] == {"enabled": True, "version": "580.126.20"}
+    assert values["devicePlugin"]["config"] == {"name": "dp-config", "default": "default"}
     assert values["toolkit"]["enabled"] is True
     assert values["toolkit"]["env"] == [
         {"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"}
@@ -158,3 +159,11 @@ def test_rent_table_rows_follow_the_hardware():
     ]
     assert rows[("`g6e.12xlarge`", "mps x4")][3:6] == ("16", "16 x 12 GiB", "memory+compute limits")
     assert rows[("`p5.48xlarge`", "mig all-balanced")][3] == "32"
+
+
+def test_the_operator_installs_the_charts_driver_unless_one_is_configured(cluster_raw):
+    assert str(operator_driver(load_spec(cluster_raw))) == "595.91.07"
+    cluster_raw["addonVersions"] = {"gpuOperator": "v26.3.3"}
+    assert str(operator_driver(load_spec(cluster_raw))) == "580.126.20"
+    cluster_raw["addonVersions"]["nvidiaDriver"] = "580.105.08"
+    assert str(operator_driver(load_spec(cluster_raw))) == "580.105.08"
