@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
 from components.catalog import Catalog, load_catalog
 from components.compat import GPU_OPERATOR_CHART_VERSION, addon_issues, cuda_version_issue
@@ -53,11 +53,18 @@ AWS_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 
 
-def _quoted_version(value: Any, key: str, example: str) -> Any:
-    """YAML reads 12.10 as the number 12.1; versions must be strings."""
-    if isinstance(value, float | int) and not isinstance(value, bool):
-        raise ValueError(f'YAML read this as a number; quote it, e.g. {key}: "{example}"')
-    return value
+def _quoted(key: str, example: str) -> BeforeValidator:
+    """YAML reads 12.10 as the number 12.1: versions must be quoted strings."""
+
+    def refuse_numbers(value: Any) -> Any:
+        if isinstance(value, float | int) and not isinstance(value, bool):
+            raise ValueError(f'YAML read this as a number; quote it, e.g. {key}: "{example}"')
+        return value
+
+    return BeforeValidator(refuse_numbers)
+
+
+CudaRelease = Annotated[str | None, _quoted("cuda", "12.8")]
 
 
 class TaintSpec(StrictModel):
@@ -107,12 +114,7 @@ class GpuPoolSpec(StrictModel):
     scale_down_unneeded_time: str = "5m"
     sharing: SharingSpec = SharingSpec()
     # Overrides the cluster's `cuda` for this pool (e.g. an older GPU that newer CUDA dropped).
-    cuda: str | None = None
-
-    @field_validator("cuda", mode="before")
-    @classmethod
-    def _cuda_must_be_quoted(cls, value: Any) -> Any:
-        return _quoted_version(value, "cuda", "12.8")
+    cuda: CudaRelease = None
 
 
 class AddonVersions(StrictModel):
@@ -130,7 +132,7 @@ class ClusterSpec(StrictModel):
     name: str
     cloud: Literal["aws", "gcp"]
     kind: Literal["eks", "gke", "k3s"]
-    kubernetes_version: str
+    kubernetes_version: Annotated[str, _quoted("kubernetesVersion", "1.35")]
     network: NetworkSpec
     api_access_cidrs: Annotated[tuple[str, ...], Field(min_length=1)]
     # Escape hatch for labs: lets apiAccessCidrs contain 0.0.0.0/0.
@@ -139,17 +141,7 @@ class ClusterSpec(StrictModel):
     gpu_pools: Annotated[tuple[GpuPoolSpec, ...], Field(min_length=1)]
     addon_versions: AddonVersions = AddonVersions()
     # The newest CUDA release the workloads are built for ("12.8"); checked against each pool's driver.
-    cuda: str | None = None
-
-    @field_validator("kubernetes_version", mode="before")
-    @classmethod
-    def _version_must_be_quoted(cls, value: Any) -> Any:
-        return _quoted_version(value, "kubernetesVersion", "1.35")
-
-    @field_validator("cuda", mode="before")
-    @classmethod
-    def _cuda_must_be_quoted(cls, value: Any) -> Any:
-        return _quoted_version(value, "cuda", "12.8")
+    cuda: CudaRelease = None
 
 
 # Keys people reach for that this toolkit decides itself, with the reason.
