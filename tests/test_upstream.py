@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import upstream
 from tools import upstream as up
 
 
@@ -56,8 +57,6 @@ def test_locate_rejects_an_altered_file(tmp_path: Path, monkeypatch):
 def test_missing_contract_data_skips_locally_and_fails_in_ci(tmp_path: Path, monkeypatch):
     from _pytest.outcomes import Failed, Skipped
 
-    from tests.conftest import upstream
-
     monkeypatch.setenv("GPU_K8S_UPSTREAM", str(tmp_path))
     path = up.manifest()[0].path
     monkeypatch.delenv("CI", raising=False)
@@ -66,3 +65,30 @@ def test_missing_contract_data_skips_locally_and_fails_in_ci(tmp_path: Path, mon
     monkeypatch.setenv("CI", "true")
     with pytest.raises(Failed, match=r"tools\.upstream fetch"):
         upstream(path)
+
+
+def test_fetch_cuts_a_readme_excerpt_and_verifies_it(tmp_path: Path, monkeypatch):
+    readme = "".join(f"line {n}\n" for n in range(1, 21))
+    expected = b"# from README lines 3-5\nline 3\nline 4\nline 5\n"
+    entry = up.UpstreamFile(
+        "ex.yaml",
+        "https://example.invalid/README.md",
+        hashlib.sha256(expected).hexdigest(),
+        lines=(3, 5),
+        prefix="# from README lines 3-5\n",
+    )
+    monkeypatch.setattr(up, "manifest", lambda: [entry])
+    assert up.fetch(tmp_path, lambda url: readme.encode()) == ["ex.yaml"]
+    assert (tmp_path / "ex.yaml").read_bytes() == expected
+
+
+def test_excerpt_entries_match_their_local_copies():
+    """Each excerpt's verified copy is its prefix plus exactly the manifest's line range."""
+    excerpts = [entry for entry in up.manifest() if entry.lines]
+    assert len(excerpts) == 3
+    for entry in excerpts:
+        assert entry.url.endswith("/README.md")
+        text = upstream(entry.path).read_text()
+        first, last = entry.lines
+        assert text.startswith(entry.prefix) and f"lines {first}-{last}" in entry.prefix
+        assert len(text.removeprefix(entry.prefix).splitlines()) == last - first + 1

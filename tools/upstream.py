@@ -31,10 +31,24 @@ class UpstreamFile:
     path: str
     url: str
     sha256: str
+    # An excerpt (a YAML example inside a README): these 1-based lines of `url`, inclusive, after `prefix`
+    # (a comment naming the source).
+    lines: tuple[int, int] | None = None
+    prefix: str = ""
+
+    def content(self, downloaded: bytes) -> bytes:
+        if self.lines is None:
+            return downloaded
+        first, last = self.lines
+        excerpt = downloaded.decode().splitlines(keepends=True)[first - 1 : last]
+        return (self.prefix + "".join(excerpt)).encode()
 
 
 def manifest() -> list[UpstreamFile]:
-    return [UpstreamFile(**entry) for entry in json.loads(MANIFEST.read_text())["files"]]
+    return [
+        UpstreamFile(**{**entry, "lines": tuple(entry["lines"])} if "lines" in entry else entry)
+        for entry in json.loads(MANIFEST.read_text())["files"]
+    ]
 
 
 def upstream_dir() -> Path:
@@ -80,7 +94,7 @@ def fetch(root: Path, download: Callable[[str], bytes] = _download) -> list[str]
         target = root / entry.path
         if target.is_file() and sha256_of(target) == entry.sha256:
             continue
-        body = download(entry.url)
+        body = entry.content(download(entry.url))
         digest = hashlib.sha256(body).hexdigest()
         if digest != entry.sha256:
             raise UpstreamMissing(f"{entry.url} has sha256 {digest}, expected {entry.sha256}; not written")
