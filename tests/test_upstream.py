@@ -92,3 +92,8 @@ def test_excerpt_entries_match_their_local_copies():
         first, last = entry.lines
         assert text.startswith(entry.prefix) and f"lines {first}-{last}" in entry.prefix
         assert len(text.removeprefix(entry.prefix).splitlines()) == last - first + 1
+
+
+def test_the_committed_contract_data_matches_the_manifest():
+    assert up.verify(up.UPSTREAM_ROOT) == []
+    assert (up.UPSTREAM_ROOT / "LICENSE-Apache-2.0.txt").is_file()

@@ -1,11 +1,12 @@
-"""Upstream contract data (Helm chart values, CRDs, schemas) at pinned commits, verified by sha256.
+"""Upstream contract data (Helm chart values, CRDs, schemas, examples) at pinned commits, verified by sha256.
 
-    python -m tools.upstream fetch     # download what is missing into the cache, verify every file
-    python -m tools.upstream verify    # verify only; exit 1 on a missing or altered file
+    python -m tools.upstream verify    # check every file against upstream/manifest.json; exit 1 on a problem
+    python -m tools.upstream fetch     # re-download missing or altered files from their pinned URLs
 
-Files are read from $GPU_K8S_UPSTREAM when set (CI points it at a checked-in copy), else from
-$XDG_CACHE_HOME/gpu-k8s/upstream (default ~/.cache/gpu-k8s/upstream). `upstream/manifest.json` lists
-each file's path, its URL at the pinned upstream commit and its sha256.
+The files are committed under `upstream/` next to `manifest.json` (Apache-2.0, licence and NOTICE files
+beside them), so the tests need neither network nor anything outside the clone. The manifest lists each
+file's path, its URL at the pinned upstream commit and its sha256; bumping a pin means editing the entry
+and running `fetch`. $GPU_K8S_UPSTREAM points the tests at another verified copy.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from pathlib import Path
 
 from tools.engine import PROJECT_ROOT
 
-MANIFEST = PROJECT_ROOT / "upstream" / "manifest.json"
-FETCH_HINT = "run `python -m tools.upstream fetch` (needs network once), or set GPU_K8S_UPSTREAM"
+UPSTREAM_ROOT = PROJECT_ROOT / "upstream"
+MANIFEST = UPSTREAM_ROOT / "manifest.json"
+FETCH_HINT = "restore it with `git checkout upstream/` or `python -m tools.upstream fetch`"
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,7 @@ def manifest() -> list[UpstreamFile]:
 
 
 def upstream_dir() -> Path:
-    if os.environ.get("GPU_K8S_UPSTREAM"):
-        return Path(os.environ["GPU_K8S_UPSTREAM"])
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "gpu-k8s" / "upstream"
+    return Path(os.environ.get("GPU_K8S_UPSTREAM") or UPSTREAM_ROOT)
 
 
 def sha256_of(path: Path) -> str:
