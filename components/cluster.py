@@ -19,14 +19,12 @@ from components.sharing import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     MIG_CONFIG_LABEL,
     NodeOffer,
-    PoolMig,
     Sharing,
     cluster_mig_strategy,
-    mig_layout,
     node_offer,
     resolve_sharing,
 )
-from components.spec import ClusterSpec, GpuPoolSpec, TaintSpec
+from components.spec import ClusterSpec, GpuPoolSpec, TaintSpec, mig_pools
 
 # Every GPU node carries this taint so only pods that ask for GPUs (and tolerate it) land there.
 GPU_TAINT = TaintSpec(key="nvidia.com/gpu", value="true", effect="NoSchedule")
@@ -88,17 +86,7 @@ def _gpu_model(spec: ClusterSpec, pool: GpuPoolSpec, catalog: Catalog) -> tuple[
 
 def resolve_pools(spec: ClusterSpec, catalog: Catalog, accelerator_label: str) -> tuple[GpuPool, ...]:
     """Attach catalog facts, sharing, node labels and taints to every GPU pool of a validated spec."""
-    mig_pools = [
-        PoolMig(
-            index,
-            pool.name,
-            mig_layout(pool.sharing, _gpu_model(spec, pool, catalog)[1], pool.name),
-            pool.sharing.strategy,
-        )
-        for index, pool in enumerate(spec.gpu_pools)
-        if pool.sharing.mode == "mig"
-    ]
-    mig_strategy = cluster_mig_strategy(mig_pools)
+    mig_strategy = cluster_mig_strategy(mig_pools(spec, catalog))
     pools = []
     for pool in spec.gpu_pools:
         machine, model = _gpu_model(spec, pool, catalog)

@@ -289,7 +289,7 @@ def driver_issues(
                         pool.cuda,
                         f"pool {pool.name!r}: CUDA {pool.cuda} wants driver >= {release_minimum}; the nodes "
                         f"run {driver.describe()}",
-                        f"or build for CUDA {newest_older(pool.cuda) or 'an older release'}",
+                        f"or build for CUDA {_newest_older(pool.cuda) or 'an older release'}",
                     )
                 )
             )
@@ -322,7 +322,7 @@ def _unsure(issue: ConfigIssue) -> ConfigIssue:
     )
 
 
-def newest_older(cuda: str) -> str | None:
+def _newest_older(cuda: str) -> str | None:
     """The newest listed CUDA release before `cuda`."""
     older = [c for c in CUDA_RELEASE_MINIMUM_DRIVER if _version_tuple(c) < _version_tuple(cuda)]
     return max(older, key=_version_tuple, default=None)

@@ -414,7 +414,7 @@ def _semantic_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssu
         yield from filter(None, [cuda_version_issue(config_path("cuda"), spec.cuda)])
     yield from addon_issues(spec)
     seen: dict[str, int] = {}
-    mig_pools: list[PoolMig] = []
+    sound_pools: set[int] = set()
     for index, pool in enumerate(spec.gpu_pools):
         if pool.name in seen:
             yield ConfigIssue(
@@ -426,13 +426,27 @@ def _semantic_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssu
         seen.setdefault(pool.name, index)
         pool_issues = list(_pool_issues(index, pool, spec, catalog))
         yield from pool_issues
-        machine = catalog.machine_type(spec.cloud, pool.instance_type)
-        if pool.sharing.mode == "mig" and not pool_issues and machine and machine.gpu_model:
-            layout = mig_layout(pool.sharing, machine.gpu_model, pool.name)
-            mig_pools.append(PoolMig(index, pool.name, layout, pool.sharing.strategy))
+        if not pool_issues:
+            sound_pools.add(index)
     yield from cluster_mig_issues(
-        mig_pools, lambda index, key: config_path("gpuPools", index, "sharing", key)
+        mig_pools(spec, catalog, sound_pools),
+        lambda index, key: config_path("gpuPools", index, "sharing", key),
     )
+
+
+def mig_pools(spec: ClusterSpec, catalog: Catalog, among: Iterable[int] | None = None) -> list[PoolMig]:
+    """The spec's MIG pools with their layouts, as the cluster-wide MIG rules take them (all pools, or only
+    the indexes `among`, whose instance types must be valid)."""
+    chosen = set(range(len(spec.gpu_pools)) if among is None else among)
+    pools = []
+    for index, pool in enumerate(spec.gpu_pools):
+        if pool.sharing.mode != "mig" or index not in chosen:
+            continue
+        machine = catalog.machine_type(spec.cloud, pool.instance_type)
+        assert machine is not None and machine.gpu_model is not None, "validated"
+        layout = mig_layout(pool.sharing, machine.gpu_model, pool.name)
+        pools.append(PoolMig(index, pool.name, layout, pool.sharing.strategy))
+    return pools
 
 
 def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:

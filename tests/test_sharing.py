@@ -247,10 +247,13 @@ def test_bad_sharing_or_compatibility_is_refused_before_any_resource(aws_eks_con
     assert_refused_before_any_resource(aws_eks_config, mutation, path, words)
 
 
-def test_a_pool_cuda_override_keeps_an_old_gpu_on_cuda_12(cluster_raw):
-    cluster_raw["cuda"] = "13.0"
-    cluster_raw["gpuPools"][0] |= {"instanceType": "p3.2xlarge", "cuda": "12.8"}
-    assert load_spec(cluster_raw).gpu_pools[0].cuda == "12.8"
+def test_a_pool_cuda_override_keeps_an_old_gpu_on_cuda_12(aws_eks_config):
+    config = copy.deepcopy(aws_eks_config)
+    config["gpu-k8s:cluster"]["cuda"] = "13.0"
+    config["gpu-k8s:cluster"]["gpuPools"][0] |= {"instanceType": "p3.2xlarge", "cuda": "12.8"}
+    # The platform check runs in the provider, so the override is proven by the whole program.
+    recording = run_program("cuda-override", config)
+    assert recording.by_name("ml-gpu-l40s-ng").inputs["instanceTypes"] == ["p3.2xlarge"]
 
 
 def test_cuda_newer_than_the_eks_driver_runs_with_a_warning(aws_eks_config):
