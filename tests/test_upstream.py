@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import re
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -11,13 +14,18 @@ from tests.conftest import upstream
 from tools import upstream as up
 
 
-def test_manifest_pins_every_file_to_a_commit():
+def test_manifest_pins_every_file_to_a_commit_or_a_released_wheel():
     files = up.manifest()
     assert len(files) >= 80
     for entry in files:
+        assert len(entry.sha256) == 64
+        if entry.member is not None:
+            # PyPI file URLs are immutable; the wheel's version is in its name.
+            assert entry.url.startswith("https://files.pythonhosted.org/packages/"), entry.url
+            assert re.search(r"-\d+\.\d+\.\d+-py3-none-any\.whl$", entry.url), entry.url
+            continue
         assert entry.url.startswith("https://raw.githubusercontent.com/")
         assert len(entry.url.split("/")[5]) == 40, entry.url  # the commit sha, never a branch
-        assert len(entry.sha256) == 64
 
 
 def test_fetch_writes_verified_files_and_skips_present_ones(tmp_path: Path, monkeypatch):
@@ -80,6 +88,23 @@ def test_fetch_cuts_a_readme_excerpt_and_verifies_it(tmp_path: Path, monkeypatch
     monkeypatch.setattr(up, "manifest", lambda: [entry])
     assert up.fetch(tmp_path, lambda url: readme.encode()) == ["ex.yaml"]
     assert (tmp_path / "ex.yaml").read_bytes() == expected
+
+
+def test_fetch_takes_a_member_out_of_a_wheel_and_verifies_it(tmp_path: Path, monkeypatch):
+    document = b'{"name": "container"}'
+    wheel = io.BytesIO()
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("pkg/documents/container.v1.json", document)
+        archive.writestr("pkg/other.json", b"{}")
+    entry = up.UpstreamFile(
+        "api/container.v1.json",
+        "https://example.invalid/pkg-1.0-py3-none-any.whl",
+        hashlib.sha256(document).hexdigest(),
+        member="pkg/documents/container.v1.json",
+    )
+    monkeypatch.setattr(up, "manifest", lambda: [entry])
+    assert up.fetch(tmp_path, lambda url: wheel.getvalue()) == ["api/container.v1.json"]
+    assert (tmp_path / "api/container.v1.json").read_bytes() == document
 
 
 def test_excerpt_entries_match_their_local_copies():

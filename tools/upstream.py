@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import sys
 import urllib.request
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +39,13 @@ class UpstreamFile:
     # (a comment naming the source).
     lines: tuple[int, int] | None = None
     prefix: str = ""
+    # A file inside a zip archive at `url` (a data file a PyPI wheel ships, such as Google's discovery docs).
+    member: str | None = None
 
     def content(self, downloaded: bytes) -> bytes:
+        if self.member is not None:
+            with zipfile.ZipFile(io.BytesIO(downloaded)) as archive:
+                return archive.read(self.member)
         if self.lines is None:
             return downloaded
         first, last = self.lines
