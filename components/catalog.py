@@ -9,6 +9,7 @@ never from the user.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -76,15 +77,90 @@ class MachineType:
         return {"x86_64": "amd64", "arm64": "arm64"}[self.arch]
 
 
+# GCP N1 machine types (Compute Engine "N1 machine series" page, recalled; the page was not retrieved here,
+# so these shapes are UNCONFIRMED): memory per vCPU and the vCPU counts each family comes in. They decide how
+# many vCPUs/GB a host may have for a number of attached GPUs.
+N1_MACHINE = re.compile(r"^n1-(standard|highmem|highcpu)-(\d+)$")
+N1_GB_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
+N1_VCPUS = {
+    "standard": (1, 2, 4, 8, 16, 32, 64, 96),
+    "highmem": (2, 4, 8, 16, 32, 64, 96),
+    "highcpu": (2, 4, 8, 16, 32, 64, 96),
+}
+
+
+@dataclass(frozen=True)
+class AttachableAccelerator:
+    """A GCP GPU attached to an N1 VM: how many per VM, and the largest host each count allows."""
+
+    type: str
+    gpu_model: GpuModel
+    allowed_counts: tuple[int, ...]
+    max_vcpu_by_count: dict[int, int]
+    max_memory_gb_by_count: dict[int, float]
+    source: str
+
+
 @dataclass(frozen=True)
 class Catalog:
     """All machine types by cloud and all GPU models, loaded once from the data file."""
 
     machine_types: dict[Cloud, dict[str, MachineType]]
     gpu_models: dict[str, GpuModel]
+    # GCP accelerator types that attach to N1 VMs (T4, V100, P4, P100); other GCP GPUs come built into
+    # their machine type (A2, A3, A4, G2, G4).
+    n1_accelerators: dict[str, AttachableAccelerator]
 
     def machine_type(self, cloud: Cloud, name: str) -> MachineType | None:
         return self.machine_types[cloud].get(name)
+
+    def n1_with_gpus(self, name: str, accelerator: str, count: int) -> MachineType | None:
+        """An N1 VM with `count` attached `accelerator` GPUs, or None when that is not a valid combination
+        (see `n1_attachment_problem`)."""
+        if self.n1_attachment_problem(name, accelerator, count) is not None:
+            return None
+        family, vcpus = _n1_shape(name)
+        attached = self.n1_accelerators[accelerator]
+        return MachineType(
+            cloud="gcp",
+            name=name,
+            gpu_model=attached.gpu_model,
+            gpu_count=count,
+            vcpu=vcpus,
+            memory_gib=round(vcpus * N1_GB_PER_VCPU[family], 2),
+            arch="x86_64",
+            efa_max_interfaces=0,
+            source=attached.source,
+            accelerator=accelerator,
+        )
+
+    def n1_attachment_problem(self, name: str, accelerator: str, count: int) -> str | None:
+        """Why `count` x `accelerator` cannot attach to N1 machine type `name`, or None when it can."""
+        shape = N1_MACHINE.match(name)
+        if shape is None or int(shape.group(2)) not in N1_VCPUS[shape.group(1)]:
+            return f"{name} is not an N1 machine type (n1-standard|highmem|highcpu-<vCPUs>)"
+        attached = self.n1_accelerators.get(accelerator)
+        if attached is None:
+            attachable = ", ".join(sorted(self.n1_accelerators))
+            return (
+                f"{accelerator} does not attach to N1 VMs (attachable: {attachable}); "
+                "other GPUs come built into their machine type"
+            )
+        if count not in attached.allowed_counts:
+            counts = " / ".join(map(str, attached.allowed_counts))
+            return f"{accelerator} attaches {counts} at a time, not {count}"
+        family, vcpus = _n1_shape(name)
+        max_vcpu, max_memory = attached.max_vcpu_by_count[count], attached.max_memory_gb_by_count[count]
+        if vcpus > max_vcpu:
+            return f"{count} x {accelerator} allows at most {max_vcpu} vCPUs; {name} has {vcpus}"
+        memory = vcpus * N1_GB_PER_VCPU[family]
+        if memory > max_memory:
+            return f"{count} x {accelerator} allows at most {max_memory:g} GB; {name} has {memory:g} GB"
+        return None
+
+    def machine_types_with(self, cloud: Cloud, accelerator: str) -> list[str]:
+        """The machine types whose built-in GPUs are `accelerator`, sorted."""
+        return sorted(n for n, mt in self.machine_types[cloud].items() if mt.accelerator == accelerator)
 
     def gpu_types(self, cloud: Cloud) -> list[str]:
         """Names of the types that carry at least one whole GPU, sorted."""
@@ -102,6 +178,12 @@ class Catalog:
         family = name.split(".")[0].split("-")[0]
         same_family = [c for c in candidates if c.startswith(family)]
         return (same_family or candidates)[:limit]
+
+
+def _n1_shape(name: str) -> tuple[str, int]:
+    shape = N1_MACHINE.match(name)
+    assert shape is not None
+    return shape.group(1), int(shape.group(2))
 
 
 def _optional_float(value: float | int | None, scale: float = 1.0) -> float | None:
@@ -150,6 +232,17 @@ def parse_catalog(document: dict) -> Catalog:
             "gcp": {n: _machine_type("gcp", n, r, models) for n, r in document["gcp_machine_types"].items()},
         },
         gpu_models=models,
+        n1_accelerators={
+            type_: AttachableAccelerator(
+                type=type_,
+                gpu_model=models[row["gpu_model"]],
+                allowed_counts=tuple(row["allowed_counts"]),
+                max_vcpu_by_count={int(k): int(v) for k, v in row["max_vcpu_by_count"].items()},
+                max_memory_gb_by_count={int(k): float(v) for k, v in row["max_memory_gb_by_count"].items()},
+                source=row["source"],
+            )
+            for type_, row in document["gcp_n1_attachable_accelerators"].items()
+        },
     )
 
 

@@ -24,7 +24,7 @@ from components.sharing import (
     node_offer,
     resolve_sharing,
 )
-from components.spec import ClusterSpec, GpuPoolSpec, TaintSpec, mig_pools
+from components.spec import ClusterSpec, GpuPoolSpec, TaintSpec, mig_pools, pool_machine
 
 # Every GPU node carries this taint so only pods that ask for GPUs (and tolerate it) land there.
 GPU_TAINT = TaintSpec(key="nvidia.com/gpu", value="true", effect="NoSchedule")
@@ -39,13 +39,21 @@ class PlatformTraits:
     driver: DriverFacts
     # The NVIDIA Container Toolkit is already installed and wired into containerd on the image.
     toolkit_preinstalled: bool
-    # Label the cluster-autoscaler reads to treat a GPU node as not ready until its GPUs are advertised.
-    accelerator_label: str
+    # Label the cluster-autoscaler reads to treat a GPU node as not ready until its GPUs are advertised;
+    # None where the platform sets it on GPU nodes itself (GKE: cloud.google.com/gke-accelerator).
+    accelerator_label: str | None
     # containerd socket when it is not the upstream default (k3s); None keeps the operator's default.
     containerd_socket: str | None = None
     # Host paths of a driver/toolkit installed outside /run/nvidia (GKE's installer); None = defaults.
     driver_install_dir: str | None = None
     toolkit_install_dir: str | None = None
+    # Where the container toolkit reads containerd's current config from; "file" works around GKE >= 1.33,
+    # where the default (asking containerd) yields a config the toolkit then writes back wrong
+    # (NVIDIA google-gke.rst known issue). None keeps the toolkit's default.
+    toolkit_runtime_config_source: str | None = None
+    # The platform admits system-node-critical/system-cluster-critical pods outside kube-system only under a
+    # ResourceQuota for those priority classes (GKE), which the operator's namespace then needs.
+    needs_priority_quota: bool = False
 
     @property
     def driver_preinstalled(self) -> bool:
@@ -79,12 +87,12 @@ class GpuPool:
 
 
 def _gpu_model(spec: ClusterSpec, pool: GpuPoolSpec, catalog: Catalog) -> tuple[MachineType, GpuModel]:
-    machine = catalog.machine_type(spec.cloud, pool.instance_type)
+    machine = pool_machine(spec.cloud, pool, catalog)
     assert machine is not None and machine.gpu_model is not None, "validated by load_spec"
     return machine, machine.gpu_model
 
 
-def resolve_pools(spec: ClusterSpec, catalog: Catalog, accelerator_label: str) -> tuple[GpuPool, ...]:
+def resolve_pools(spec: ClusterSpec, catalog: Catalog, accelerator_label: str | None) -> tuple[GpuPool, ...]:
     """Attach catalog facts, sharing, node labels and taints to every GPU pool of a validated spec."""
     mig_strategy = cluster_mig_strategy(mig_pools(spec, catalog))
     pools = []
@@ -102,7 +110,7 @@ def resolve_pools(spec: ClusterSpec, catalog: Catalog, accelerator_label: str) -
         # nvidia.com/gpu (the name is hard-coded: kubernetes/autoscaler#8095). Pools that advertise MIG or
         # renamed shared resources instead would stay "unready" forever and stall scale-ups, so they go
         # without; the cost is that a fresh node looks ready a few minutes before its GPUs are.
-        if offer.advertises_whole_gpu_resource:
+        if accelerator_label is not None and offer.advertises_whole_gpu_resource:
             labels[accelerator_label] = model.id
         pools.append(
             GpuPool(

@@ -150,7 +150,11 @@ class DriverFacts:
     """Who installs the NVIDIA driver on a platform's GPU nodes, and which version it is."""
 
     owner: DriverOwner
-    version: DriverVersion
+    # None where the platform picks the driver as a node starts and no published table says which one
+    # (GKE's installer); requirements on it are then warned about instead of checked.
+    version: DriverVersion | None
+    # How a user gets a newer driver on this platform, for error messages.
+    upgrade_hint: str = "this platform's driver is fixed by its node image"
 
     def describe(self) -> str:
         who = {
@@ -158,6 +162,8 @@ class DriverFacts:
             "cloud-installer": "the cloud's installer",
             "gpu-operator": "the GPU Operator",
         }
+        if self.version is None:
+            return f"a driver {who[self.owner]} chooses as each node starts"
         return f"driver {self.version} installed by {who[self.owner]}"
 
 
@@ -233,7 +239,7 @@ def driver_issues(
     fix_driver = (
         "set addonVersions.nvidiaDriver to a newer driver or use a newer GPU Operator release"
         if driver.owner == "gpu-operator"
-        else "this platform's driver is fixed by its node image"
+        else driver.upgrade_hint
     )
     for pool in pools:
         model = pool.gpu_model
@@ -246,7 +252,9 @@ def driver_issues(
                 f"the nodes run {driver.describe()}",
                 f"{fix_driver}, or use another sharing mode",
             )
-            if driver.version < minimum:
+            if driver.version is None:
+                warnings.append(_unknown(mig_issue))
+            elif driver.version < minimum:
                 errors.append(mig_issue)
             elif driver.version.unsure_of(minimum):
                 warnings.append(_unsure(mig_issue))
@@ -256,43 +264,23 @@ def driver_issues(
             config_path("gpuPools", pool.index, "cuda") if pool.cuda_is_pool_override else config_path("cuda")
         )
         major = int(pool.cuda.split(".")[0])
-        newest = newest_cuda_fully_supported(driver.version)
-        floor = DriverVersion.parse(CUDA_FAMILY_FLOOR[major])
-        if driver.version < floor:
-            errors.append(
-                ConfigIssue(
-                    path,
-                    pool.cuda,
-                    f"pool {pool.name!r}: CUDA {major}.x needs driver >= {floor}; the nodes run "
-                    f"{driver.describe()}, so CUDA calls fail with 'driver version is insufficient'",
-                    f"build the workloads for CUDA {newest} or older, or {fix_driver}",
-                )
-            )
-        elif driver.version < (
-            release_minimum := DriverVersion.parse(CUDA_RELEASE_MINIMUM_DRIVER[pool.cuda])
-        ):
+        if driver.version is None:
+            release_minimum = DriverVersion.parse(CUDA_RELEASE_MINIMUM_DRIVER[pool.cuda])
             warnings.append(
-                ConfigIssue(
-                    path,
-                    pool.cuda,
-                    f"pool {pool.name!r}: CUDA {pool.cuda} wants driver >= {release_minimum}; on "
-                    f"{driver.describe()} it runs only under minor-version compatibility (no JIT of newer "
-                    "PTX, newer driver APIs fail)",
-                    f"build for CUDA {newest} to be fully supported, or ship SASS for the pool's GPU",
-                )
-            )
-        elif driver.version.unsure_of(release_minimum):
-            warnings.append(
-                _unsure(
+                _unknown(
                     ConfigIssue(
                         path,
                         pool.cuda,
-                        f"pool {pool.name!r}: CUDA {pool.cuda} wants driver >= {release_minimum}; the nodes "
-                        f"run {driver.describe()}",
-                        f"or build for CUDA {_newest_older(pool.cuda) or 'an older release'}",
+                        f"pool {pool.name!r}: CUDA {pool.cuda} wants driver >= {release_minimum} (CUDA "
+                        f"{major}.x at least {CUDA_FAMILY_FLOOR[major]}); the nodes run {driver.describe()}",
+                        fix_driver,
                     )
                 )
             )
+        else:
+            errors_, warnings_ = _cuda_driver_issues(pool, path, driver, fix_driver)
+            errors.extend(errors_)
+            warnings.extend(warnings_)
         capability = _compute_capability(model)
         dropped = model.architecture in CUDA13_DROPPED_ARCHITECTURES or (
             capability is not None and capability < CUDA13_MIN_COMPUTE_CAPABILITY
@@ -310,6 +298,61 @@ def driver_issues(
                 )
             )
     return errors, warnings
+
+
+def _cuda_driver_issues(
+    pool: PoolDriverCheck, path: str, driver: DriverFacts, fix_driver: str
+) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
+    """(errors, warnings) for a pool's CUDA release on a driver whose version is known."""
+    assert driver.version is not None and pool.cuda is not None
+    major = int(pool.cuda.split(".")[0])
+    newest = newest_cuda_fully_supported(driver.version)
+    floor = DriverVersion.parse(CUDA_FAMILY_FLOOR[major])
+    release_minimum = DriverVersion.parse(CUDA_RELEASE_MINIMUM_DRIVER[pool.cuda])
+    if driver.version < floor:
+        return [
+            ConfigIssue(
+                path,
+                pool.cuda,
+                f"pool {pool.name!r}: CUDA {major}.x needs driver >= {floor}; the nodes run "
+                f"{driver.describe()}, so CUDA calls fail with 'driver version is insufficient'",
+                f"build the workloads for CUDA {newest} or older, or {fix_driver}",
+            )
+        ], []
+    if driver.version < release_minimum:
+        return [], [
+            ConfigIssue(
+                path,
+                pool.cuda,
+                f"pool {pool.name!r}: CUDA {pool.cuda} wants driver >= {release_minimum}; on "
+                f"{driver.describe()} it runs only under minor-version compatibility (no JIT of newer "
+                "PTX, newer driver APIs fail)",
+                f"build for CUDA {newest} to be fully supported, or ship SASS for the pool's GPU",
+            )
+        ]
+    if driver.version.unsure_of(release_minimum):
+        return [], [
+            _unsure(
+                ConfigIssue(
+                    path,
+                    pool.cuda,
+                    f"pool {pool.name!r}: CUDA {pool.cuda} wants driver >= {release_minimum}; the nodes "
+                    f"run {driver.describe()}",
+                    f"or build for CUDA {_newest_older(pool.cuda) or 'an older release'}",
+                )
+            )
+        ]
+    return [], []
+
+
+def _unknown(issue: ConfigIssue) -> ConfigIssue:
+    """The warning for a requirement on a driver the platform chooses only when a node starts."""
+    return ConfigIssue(
+        issue.path,
+        issue.value,
+        issue.problem + "; which driver that is cannot be known before a node runs",
+        f"check `nvidia-smi` on the first node, or {issue.fix}",
+    )
 
 
 def _unsure(issue: ConfigIssue) -> ConfigIssue:

@@ -61,6 +61,28 @@ def custom_mig_config(pools: Sequence[GpuPool]) -> dict[str, str] | None:
     return {"config.yaml": _yaml(mig_parted_config(unique.values()))}
 
 
+def priority_quota_manifest(namespace: str) -> dict[str, Any]:
+    """The ResourceQuota that lets the operator's node-critical pods run outside kube-system on platforms
+    that demand one (NVIDIA's google-gke-gpu-operator-quota.yaml)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "gpu-operator-quota", "namespace": namespace},
+        "spec": {
+            "hard": {"pods": "100"},
+            "scopeSelector": {
+                "matchExpressions": [
+                    {
+                        "operator": "In",
+                        "scopeName": "PriorityClass",
+                        "values": ["system-node-critical", "system-cluster-critical"],
+                    }
+                ]
+            },
+        },
+    }
+
+
 def operator_values(
     traits: PlatformTraits,
     pools: Sequence[GpuPool],
@@ -70,8 +92,13 @@ def operator_values(
     """Helm values for the gpu-operator chart on a platform with these traits and pools."""
     tolerations = pool_tolerations(pools)
     toolkit: dict[str, Any] = {"enabled": not traits.toolkit_preinstalled}
+    toolkit_env = []
     if traits.containerd_socket:
-        toolkit["env"] = [{"name": "CONTAINERD_SOCKET", "value": traits.containerd_socket}]
+        toolkit_env.append({"name": "CONTAINERD_SOCKET", "value": traits.containerd_socket})
+    if traits.toolkit_runtime_config_source:
+        toolkit_env.append({"name": "RUNTIME_CONFIG_SOURCE", "value": traits.toolkit_runtime_config_source})
+    if toolkit_env:
+        toolkit["env"] = toolkit_env
     if traits.toolkit_install_dir:
         toolkit["installDir"] = traits.toolkit_install_dir
     driver: dict[str, Any] = {"enabled": not traits.driver_preinstalled}
@@ -145,6 +172,18 @@ class GpuOperator(pulumi.ComponentResource):
             opts=in_namespace,
         )
         configs: list[pulumi.Resource] = [device_plugin]
+        if cluster.traits.needs_priority_quota:
+            quota = priority_quota_manifest(OPERATOR_NAMESPACE)
+            configs.append(
+                k8s.core.v1.ResourceQuota(
+                    f"{name}-priority-quota",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        name=quota["metadata"]["name"], namespace=namespace.metadata.name
+                    ),
+                    spec=quota["spec"],
+                    opts=in_namespace,
+                )
+            )
         mig_config_name: pulumi.Output[str] | None = None
         mig_data = custom_mig_config(cluster.pools)
         if mig_data is not None:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import itertools
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
-from components.catalog import Catalog, load_catalog
+from components.catalog import N1_MACHINE, Catalog, Cloud, MachineType, load_catalog
 from components.compat import GPU_OPERATOR_CHART_VERSION, addon_issues, cuda_version_issue
 from components.configbase import CONFIG_KEY, ConfigError, ConfigIssue, StrictModel, config_path
 from components.sharing import (
@@ -76,7 +77,9 @@ class TaintSpec(StrictModel):
 
 
 class NetworkSpec(StrictModel):
-    """A new VPC (`cidr` + `availabilityZones`) or an existing one (`vpcId` + subnet ids)."""
+    """AWS: a new VPC (`cidr` + `availabilityZones`) or an existing one (`vpcId` + subnet ids).
+    GCP: a new VPC-native subnet (`cidr` + `podsCidr` + `servicesCidr`) or an existing one
+    (`networkName` + `subnetworkName` + secondary range names), and the `zones` nodes run in."""
 
     cidr: str | None = None
     availability_zones: Annotated[int, Field(ge=2, le=6)] = 3
@@ -85,10 +88,35 @@ class NetworkSpec(StrictModel):
     vpc_id: str | None = None
     private_subnet_ids: tuple[str, ...] = ()
     public_subnet_ids: tuple[str, ...] = ()
+    # GPUs are zonal and each zone offers different models, so GCP nodes go only where they are named.
+    zones: tuple[str, ...] = ()
+    pods_cidr: str | None = None
+    services_cidr: str | None = None
+    network_name: str | None = None
+    subnetwork_name: str | None = None
+    pods_range_name: str | None = None
+    services_range_name: str | None = None
 
     @property
     def creates_vpc(self) -> bool:
-        return self.vpc_id is None
+        return self.vpc_id is None and self.network_name is None
+
+
+# Which network keys mean something on which cloud (YAML names).
+NETWORK_KEYS = {
+    "aws": {"cidr", "availabilityZones", "singleNatGateway", "vpcId", "privateSubnetIds", "publicSubnetIds"},
+    "gcp": {
+        "cidr",
+        "zones",
+        "podsCidr",
+        "servicesCidr",
+        "networkName",
+        "subnetworkName",
+        "podsRangeName",
+        "servicesRangeName",
+    },
+}
+GCP_ZONE = re.compile(r"^([a-z]+-[a-z]+\d+)-[a-z]$")
 
 
 class SystemPoolSpec(StrictModel):
@@ -99,11 +127,21 @@ class SystemPoolSpec(StrictModel):
     disk_size_gib: Annotated[int, Field(ge=20, le=MAX_DISK_GIB, alias="diskSizeGiB")] = 50
 
 
+class AcceleratorSpec(StrictModel):
+    """GPUs attached to a GCP VM: needed for N1 (T4, V100, P4, P100); optional and checked elsewhere."""
+
+    type: str
+    count: Annotated[int, Field(ge=1)]
+
+
 class GpuPoolSpec(StrictModel):
     """One autoscaled group of identical GPU nodes."""
 
     name: str
     instance_type: str
+    accelerator: AcceleratorSpec | None = None
+    # GCP: the zones of this pool when not all of network.zones offer its GPU.
+    zones: tuple[str, ...] = ()
     min_nodes: Annotated[int, Field(ge=0)] = 0
     max_nodes: Annotated[int, Field(ge=1)]
     spot: bool = False
@@ -126,6 +164,22 @@ class AddonVersions(StrictModel):
     nvidia_driver: str | None = None
 
 
+class GkeSpec(StrictModel):
+    """Settings only GKE has."""
+
+    # Regional: control plane and default node locations in the region's zones; zonal: all in zones[0].
+    regional: bool = True
+    release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
+    # The control plane's private range (a /28) that private nodes reach it on.
+    master_ipv4_cidr_block: str = "172.16.0.0/28"
+    # Cloud KMS key (projects/<p>/locations/<region>/keyRings/<r>/cryptoKeys/<k>) that encrypts Secrets.
+    secrets_kms_key: str | None = None
+    filestore_csi: bool = False
+    deletion_protection: bool = True
+    # Google's driver installer: "default" (COS and Ubuntu) or "latest" (COS only).
+    gpu_driver_version: Literal["default", "latest"] = "default"
+
+
 class ClusterSpec(StrictModel):
     """The whole cluster as the stack file describes it."""
 
@@ -140,6 +194,7 @@ class ClusterSpec(StrictModel):
     system_pool: SystemPoolSpec
     gpu_pools: Annotated[tuple[GpuPoolSpec, ...], Field(min_length=1)]
     addon_versions: AddonVersions = AddonVersions()
+    gke: GkeSpec = GkeSpec()
     # The newest CUDA release the workloads are built for ("12.8"); checked against each pool's driver.
     cuda: CudaRelease = None
 
@@ -148,7 +203,8 @@ class ClusterSpec(StrictModel):
 _DECIDED_KEYS = {
     "amiType": "the AMI comes from the catalog (AL2023 NVIDIA); Bottlerocket is refused until its "
     "built-in device plugin is supported deliberately",
-    "gpuCount": "the GPU model and count come from the catalog for the instance type",
+    "gpuCount": "the GPU model and count come from the catalog for the instance type (GCP N1 VMs attach "
+    "GPUs with accelerator: {type, count})",
     "gpuModel": "the GPU model and count come from the catalog for the instance type",
     "desiredNodes": "the autoscaler owns the node count; set minNodes/maxNodes",
 }
@@ -229,6 +285,21 @@ def _label_value_issue(path: str, value: str) -> ConfigIssue | None:
 
 def _network_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
     net = spec.network
+    set_keys = {NetworkSpec.model_fields[f].alias or f for f in net.model_fields_set}
+    foreign = sorted(set_keys - NETWORK_KEYS[spec.cloud])
+    for key in foreign:
+        yield ConfigIssue(
+            config_path("network", key),
+            getattr(net, _field(key)),
+            f"not a {spec.cloud} network setting",
+            f"{spec.cloud} network keys: {', '.join(sorted(NETWORK_KEYS[spec.cloud]))}",
+        )
+    if foreign:
+        return
+    yield from (_aws_network_issues if spec.cloud == "aws" else _gcp_network_issues)(net)
+
+
+def _aws_network_issues(net: NetworkSpec) -> Iterable[ConfigIssue]:
     if net.cidr is not None and net.vpc_id is not None:
         yield ConfigIssue(
             config_path("network"),
@@ -273,6 +344,187 @@ def _network_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
         )
 
 
+# (key, example) of the new subnet's ranges and of an existing subnet's names, in the order they are listed.
+_GCP_NEW_SUBNET = (("cidr", "10.40.0.0/20"), ("podsCidr", "10.64.0.0/14"), ("servicesCidr", "10.68.0.0/20"))
+_GCP_EXISTING_SUBNET = (
+    ("networkName", "shared-vpc"),
+    ("subnetworkName", "gpu-nodes"),
+    ("podsRangeName", "pods"),
+    ("servicesRangeName", "services"),
+)
+
+
+def _gcp_network_issues(net: NetworkSpec) -> Iterable[ConfigIssue]:
+    if not net.zones:
+        yield ConfigIssue(
+            config_path("network", "zones"),
+            None,
+            "GCP clusters need the zones their nodes run in",
+            "list zones of gcp:region that offer your GPUs, e.g. zones: [us-central1-a, us-central1-b]",
+        )
+    yield from _zone_issues(("network", "zones"), net.zones)
+    given = {key: getattr(net, _field(key)) for key, _ in _GCP_NEW_SUBNET + _GCP_EXISTING_SUBNET}
+    new = [key for key, _ in _GCP_NEW_SUBNET if given[key] is not None]
+    existing = [key for key, _ in _GCP_EXISTING_SUBNET if given[key] is not None]
+    if new and existing:
+        yield ConfigIssue(
+            config_path("network"),
+            {key: given[key] for key in new + existing},
+            "a new subnet's ranges and an existing subnet's names exclude each other",
+            "set cidr, podsCidr and servicesCidr to create a subnet, or networkName, subnetworkName, "
+            "podsRangeName and servicesRangeName to use one",
+        )
+        return
+    wanted = _GCP_EXISTING_SUBNET if existing else _GCP_NEW_SUBNET
+    for key, example in wanted:
+        if given[key] is None:
+            yield ConfigIssue(
+                config_path("network", key), None, "required key is missing", f"add it, e.g. {key}: {example}"
+            )
+    if existing:
+        return
+    ranges = {}
+    for key, _ in _GCP_NEW_SUBNET:
+        if given[key] is not None:
+            issue = _cidr_issue(config_path("network", key), given[key])
+            if issue:
+                yield issue
+            elif not ipaddress.IPv4Network(given[key]).is_private:
+                yield ConfigIssue(
+                    config_path("network", key),
+                    given[key],
+                    "not a private range",
+                    "use RFC 1918 space, e.g. 10.0.0.0/8",
+                )
+            else:
+                ranges[key] = ipaddress.IPv4Network(given[key])
+    for (key_a, a), (key_b, b) in itertools.combinations(ranges.items(), 2):
+        if a.overlaps(b):
+            yield ConfigIssue(
+                config_path("network", key_b),
+                str(b),
+                f"overlaps network.{key_a} ({a})",
+                "node, pod and service ranges must be disjoint",
+            )
+
+
+def _zone_issues(where: tuple[str | int, ...], zones: Iterable[str]) -> Iterable[ConfigIssue]:
+    seen: set[str] = set()
+    for index, zone in enumerate(zones):
+        if not GCP_ZONE.match(zone):
+            yield ConfigIssue(
+                config_path(*where, index), zone, "not a GCP zone name", "write it like us-central1-a"
+            )
+        elif zone in seen:
+            yield ConfigIssue(config_path(*where, index), zone, "listed twice", "list each zone once")
+        seen.add(zone)
+
+
+def _field(alias: str) -> str:
+    return next(name for name, info in NetworkSpec.model_fields.items() if info.alias == alias)
+
+
+def pool_machine(cloud: Cloud, pool: GpuPoolSpec, catalog: Catalog) -> MachineType | None:
+    """What one node of the pool is: a catalog machine type, or a GCP N1 VM with its attached GPUs."""
+    if cloud == "gcp" and pool.accelerator is not None and N1_MACHINE.match(pool.instance_type):
+        return catalog.n1_with_gpus(pool.instance_type, pool.accelerator.type, pool.accelerator.count)
+    return catalog.machine_type(cloud, pool.instance_type)
+
+
+def _accelerator_issues(
+    path: Callable[..., str], pool: GpuPoolSpec, cloud: Cloud, catalog: Catalog
+) -> Iterable[ConfigIssue]:
+    """GCP GPUs are either attached to an N1 VM (type and count required) or built into the machine type
+    (then an accelerator, if given, must say exactly what the type carries)."""
+    wanted = pool.accelerator
+    if cloud != "gcp":
+        if wanted is not None:
+            yield ConfigIssue(
+                path("accelerator"),
+                wanted.model_dump(),
+                f"{cloud} instance types carry their GPUs",
+                "remove accelerator; instanceType decides the GPUs",
+            )
+        return
+    if N1_MACHINE.match(pool.instance_type):
+        if wanted is None:
+            yield ConfigIssue(
+                path("accelerator"),
+                None,
+                f"{pool.instance_type} has no GPU of its own",
+                "attach GPUs, e.g. accelerator: {type: nvidia-tesla-t4, count: 1}",
+            )
+            return
+        problem = catalog.n1_attachment_problem(pool.instance_type, wanted.type, wanted.count)
+        if problem is not None:
+            built_in = catalog.machine_types_with("gcp", wanted.type)
+            fix = (
+                f"use a machine type that carries {wanted.type}: {', '.join(built_in[:4])}"
+                if built_in
+                else "pick an allowed count, or a smaller or larger N1 machine type"
+            )
+            yield ConfigIssue(path("accelerator"), wanted.model_dump(), problem, fix)
+        return
+    machine = catalog.machine_type("gcp", pool.instance_type)
+    if wanted is None or machine is None or not machine.has_whole_gpus:
+        return
+    if wanted.type != machine.accelerator:
+        built_in = catalog.machine_types_with("gcp", wanted.type)
+        attachable = wanted.type in catalog.n1_accelerators
+        yield ConfigIssue(
+            path("accelerator", "type"),
+            wanted.type,
+            f"is not attachable to {pool.instance_type}, which carries {machine.accelerator}",
+            "remove accelerator (the machine type decides it)"
+            + (f", or use {', '.join(built_in[:4])}" if built_in else "")
+            + (", or an n1 machine type" if attachable else ""),
+        )
+    elif wanted.count != machine.gpu_count:
+        yield ConfigIssue(
+            path("accelerator", "count"),
+            wanted.count,
+            f"{pool.instance_type} carries {machine.gpu_count} x {machine.accelerator} (fixed)",
+            f"set count: {machine.gpu_count}, or remove accelerator",
+        )
+
+
+def _machine_issues(
+    path: Callable[..., str], pool: GpuPoolSpec, cloud: Cloud, catalog: Catalog
+) -> Iterable[ConfigIssue]:
+    """The pool's node must be a type with whole NVIDIA GPUs; then its sharing must suit that GPU."""
+    accelerator_issues = list(_accelerator_issues(path, pool, cloud, catalog))
+    if accelerator_issues:
+        yield from accelerator_issues
+        return
+    machine = pool_machine(cloud, pool, catalog)
+    if machine is None:
+        hint = ", ".join(catalog.nearest_gpu_types(cloud, pool.instance_type))
+        yield ConfigIssue(
+            path("instanceType"),
+            pool.instance_type,
+            f"not a {cloud} GPU type in the catalog (it lists every type with NVIDIA GPUs)",
+            f"did you mean one of: {hint}?",
+        )
+    elif machine.gpu_fraction:
+        yield ConfigIssue(
+            path("instanceType"),
+            pool.instance_type,
+            f"has a fractional GPU ({machine.gpu_fraction:g} of one)",
+            "fractional vGPU types are not supported; pick a type with whole GPUs, e.g. "
+            + ", ".join(catalog.nearest_gpu_types(cloud, pool.instance_type.replace("f.", "."))),
+        )
+    elif not machine.has_whole_gpus:
+        yield ConfigIssue(
+            path("instanceType"),
+            pool.instance_type,
+            "has no NVIDIA GPU",
+            "use a GPU type, e.g. " + ", ".join(catalog.nearest_gpu_types(cloud, pool.instance_type)),
+        )
+    else:
+        assert machine.gpu_model is not None
+        yield from sharing_issues(lambda key: path("sharing", key), pool.sharing, machine.gpu_model)
+
+
 def _pool_issues(index: int, pool: GpuPoolSpec, spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
     path = lambda *parts: config_path("gpuPools", index, *parts)  # noqa: E731
     if len(pool.name) > 40 or not DNS_LABEL.match(pool.name):
@@ -303,33 +555,15 @@ def _pool_issues(index: int, pool: GpuPoolSpec, spec: ClusterSpec, catalog: Cata
             "not a duration",
             'write it like "5m", "1h" or "90s"',
         )
-    machine = catalog.machine_type(spec.cloud, pool.instance_type)
-    if machine is None:
-        hint = ", ".join(catalog.nearest_gpu_types(spec.cloud, pool.instance_type))
+    yield from _machine_issues(path, pool, spec.cloud, catalog)
+    if pool.zones and spec.cloud != "gcp":
         yield ConfigIssue(
-            path("instanceType"),
-            pool.instance_type,
-            f"not a {spec.cloud} GPU type in the catalog (it lists every type with NVIDIA GPUs)",
-            f"did you mean one of: {hint}?",
+            path("zones"),
+            list(pool.zones),
+            f"not a {spec.cloud} setting",
+            "remove it; the network decides the zones",
         )
-    elif machine.gpu_fraction:
-        yield ConfigIssue(
-            path("instanceType"),
-            pool.instance_type,
-            f"has a fractional GPU ({machine.gpu_fraction:g} of one)",
-            "fractional vGPU types are not supported; pick a type with whole GPUs, e.g. "
-            + ", ".join(catalog.nearest_gpu_types(spec.cloud, pool.instance_type.replace("f.", "."))),
-        )
-    elif not machine.has_whole_gpus:
-        yield ConfigIssue(
-            path("instanceType"),
-            pool.instance_type,
-            "has no NVIDIA GPU",
-            "use a GPU type, e.g. " + ", ".join(catalog.nearest_gpu_types(spec.cloud, pool.instance_type)),
-        )
-    else:
-        assert machine.gpu_model is not None
-        yield from sharing_issues(lambda key: path("sharing", key), pool.sharing, machine.gpu_model)
+    yield from _zone_issues(("gpuPools", index, "zones"), pool.zones)
     if pool.name == DEFAULT_DEVICE_PLUGIN_CONFIG:
         yield ConfigIssue(
             path("name"),
@@ -442,7 +676,7 @@ def mig_pools(spec: ClusterSpec, catalog: Catalog, among: Iterable[int] | None =
     for index, pool in enumerate(spec.gpu_pools):
         if pool.sharing.mode != "mig" or index not in chosen:
             continue
-        machine = catalog.machine_type(spec.cloud, pool.instance_type)
+        machine = pool_machine(spec.cloud, pool, catalog)
         assert machine is not None and machine.gpu_model is not None, "validated"
         layout = mig_layout(pool.sharing, machine.gpu_model, pool.name)
         pools.append(PoolMig(index, pool.name, layout, pool.sharing.strategy))

@@ -144,7 +144,13 @@ def test_aws_plan_never_imports_the_gcp_sdk():
                         "gcp:project": "p",
                         "gpu-k8s:cluster": minimal_cluster(
                             cloud="gcp",
-                            kind="gke",
+                            kind="k3s",
+                            network={
+                                "cidr": "10.40.0.0/20",
+                                "podsCidr": "10.64.0.0/14",
+                                "servicesCidr": "10.68.0.0/20",
+                                "zones": ["us-central1-a"],
+                            },
                             systemPool={"instanceType": "e2-standard-4"},
                             gpuPools=[{"name": "l4", "instanceType": "g2-standard-8", "maxNodes": 2}],
                         ),

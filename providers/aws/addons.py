@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_aws as aws
-import pulumi_kubernetes as k8s
 
+from components import storage
 from providers.aws.iam import EBS_CSI_POLICIES, pod_identity_trust_policy, role_with_policies
 
 # Add-ons the nodes need to become Ready; node groups wait for them.
@@ -18,20 +18,10 @@ DEFAULT_STORAGE_CLASS = "gp3"
 
 
 def default_storage_class_manifest() -> dict:
-    """The default StorageClass: encrypted gp3 EBS volumes created in the zone of the pod that uses them."""
-    return {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {
-            "name": DEFAULT_STORAGE_CLASS,
-            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
-        },
-        "provisioner": "ebs.csi.aws.com",
-        "parameters": {"type": "gp3", "encrypted": "true"},
-        "volumeBindingMode": "WaitForFirstConsumer",
-        "allowVolumeExpansion": True,
-        "reclaimPolicy": "Delete",
-    }
+    """The default StorageClass: encrypted gp3 EBS volumes."""
+    return storage.default_storage_class_manifest(
+        DEFAULT_STORAGE_CLASS, "ebs.csi.aws.com", {"type": "gp3", "encrypted": "true"}
+    )
 
 
 def addon(
@@ -70,20 +60,4 @@ def ebs_csi_driver(
                 role_arn=role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT
             )
         ],
-    )
-
-
-def default_storage_class(
-    name: str, provider: k8s.Provider, parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource]
-) -> k8s.storage.v1.StorageClass:
-    manifest = default_storage_class_manifest()
-    return k8s.storage.v1.StorageClass(
-        f"{name}-storage-class",
-        metadata=manifest["metadata"],
-        provisioner=manifest["provisioner"],
-        parameters=manifest["parameters"],
-        volume_binding_mode=manifest["volumeBindingMode"],
-        allow_volume_expansion=manifest["allowVolumeExpansion"],
-        reclaim_policy=manifest["reclaimPolicy"],
-        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(depends_on)),
     )

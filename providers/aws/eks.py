@@ -17,6 +17,7 @@ from components.compat import DriverFacts, DriverVersion
 from components.configbase import ConfigError, ConfigIssue, config_path, raise_if_any
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.spec import ClusterSpec, pool_child_name
+from components.storage import default_storage_class
 from providers.aws import addons
 from providers.aws.autoscaling import AutoscalerIdentity, autoscaler_cloud_values
 from providers.aws.iam import (
@@ -203,7 +204,9 @@ class EksCluster(pulumi.ComponentResource):
         )
         k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig, opts=child)
         system_ready = [system_nodes, coredns, admin_access]
-        addons.default_storage_class(name, k8s_provider, self, depends_on=[ebs_csi, *system_ready])
+        default_storage_class(
+            name, addons.default_storage_class_manifest(), k8s_provider, self, [ebs_csi, *system_ready]
+        )
         self.autoscaler_identity = AutoscalerIdentity(
             f"{name}-autoscaler-identity", cluster.name, spec.name, opts=child
         )
