@@ -155,16 +155,25 @@ class DriverFacts:
     version: DriverVersion | None
     # How a user gets a newer driver on this platform, for error messages.
     upgrade_hint: str = "this platform's driver is fixed by its node image"
+    # Names the installer more precisely than the owner does ("GKE's installer, DEFAULT channel").
+    installer: str | None = None
 
     def describe(self) -> str:
-        who = {
-            "node-image": "the node image",
-            "cloud-installer": "the cloud's installer",
-            "gpu-operator": "the GPU Operator",
-        }
+        who = (
+            self.installer
+            or {
+                "node-image": "the node image",
+                "cloud-installer": "the cloud's installer",
+                "gpu-operator": "the GPU Operator",
+            }[self.owner]
+        )
         if self.version is None:
-            return f"a driver {who[self.owner]} chooses as each node starts"
-        return f"driver {self.version} installed by {who[self.owner]}"
+            return f"a driver {who} chooses as each node starts"
+        return f"driver {self.version} installed by {who}"
+
+    @property
+    def version_text(self) -> str:
+        return str(self.version) if self.version is not None else f"chosen by {self.installer or self.owner}"
 
 
 def operator_driver(spec: ClusterSpec) -> DriverVersion:
@@ -241,6 +250,9 @@ def driver_issues(
         if driver.owner == "gpu-operator"
         else driver.upgrade_hint
     )
+    # (YAML path, CUDA release) -> pools, for a driver whose version only a running node tells: one warning
+    # per requirement, not one per pool.
+    unchecked_cuda: dict[tuple[str, str], list[str]] = {}
     for pool in pools:
         model = pool.gpu_model
         if pool.uses_mig and model.min_mig_driver_version:
@@ -265,18 +277,7 @@ def driver_issues(
         )
         major = int(pool.cuda.split(".")[0])
         if driver.version is None:
-            release_minimum = DriverVersion.parse(CUDA_RELEASE_MINIMUM_DRIVER[pool.cuda])
-            warnings.append(
-                _unknown(
-                    ConfigIssue(
-                        path,
-                        pool.cuda,
-                        f"pool {pool.name!r}: CUDA {pool.cuda} wants driver >= {release_minimum} (CUDA "
-                        f"{major}.x at least {CUDA_FAMILY_FLOOR[major]}); the nodes run {driver.describe()}",
-                        fix_driver,
-                    )
-                )
-            )
+            unchecked_cuda.setdefault((path, pool.cuda), []).append(pool.name)
         else:
             errors_, warnings_ = _cuda_driver_issues(pool, path, driver, fix_driver)
             errors.extend(errors_)
@@ -297,6 +298,20 @@ def driver_issues(
                     "build this pool's workloads for CUDA 12.x (set the pool's cuda), or use a newer GPU",
                 )
             )
+    for (path, cuda), names in unchecked_cuda.items():
+        major = int(cuda.split(".")[0])
+        warnings.append(
+            _unknown(
+                ConfigIssue(
+                    path,
+                    cuda,
+                    f"pool{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}: CUDA {cuda} wants "
+                    f"driver >= {CUDA_RELEASE_MINIMUM_DRIVER[cuda]} (CUDA {major}.x at least "
+                    f"{CUDA_FAMILY_FLOOR[major]}); the nodes run {driver.describe()}",
+                    fix_driver,
+                )
+            )
+        )
     return errors, warnings
 
 

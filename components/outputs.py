@@ -36,5 +36,5 @@ def stack_outputs(cluster: GpuCluster) -> dict[str, Any]:
         "clusterName": cluster.name,
         "kubeconfig": cluster.kubeconfig,
         "gpuPools": pool_summary(cluster),
-        "gpuDriver": {"owner": driver.owner, "version": str(driver.version)},
+        "gpuDriver": {"owner": driver.owner, "version": driver.version_text},
     }

@@ -1,4 +1,4 @@
-"""Shared fixtures: the recorded aws-eks stack, example configs and upstream contract files."""
+"""Shared fixtures: the recorded example stacks, example configs and upstream contract files."""
 
 from __future__ import annotations
 
@@ -27,6 +27,17 @@ def aws_eks_config() -> dict[str, Any]:
 def aws_eks(aws_eks_config: dict[str, Any]) -> Recording:
     """The aws-eks stack program, run once under the recording mock engine."""
     return run_program("aws-eks", aws_eks_config)
+
+
+@pytest.fixture(scope="session")
+def gcp_gke_config() -> dict[str, Any]:
+    return stack_config(STACKS / "Pulumi.gcp-gke.yaml")
+
+
+@pytest.fixture(scope="session")
+def gcp_gke(gcp_gke_config: dict[str, Any]) -> Recording:
+    """The gcp-gke stack program, run once under the recording mock engine."""
+    return run_program("gcp-gke", gcp_gke_config)
 
 
 # Every MIG flavour in one cluster: a custom layout on H100s, the built-in balanced layout on H200s, one

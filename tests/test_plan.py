@@ -29,21 +29,23 @@ def run_plan(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_committed_plan_matches_the_program(aws_eks):
-    committed = (PLANS / "aws-eks.json").read_text()
-    current = json.dumps(plan_document(aws_eks), indent=2, sort_keys=True) + "\n"
+@pytest.mark.parametrize("stack", ["aws-eks", "gcp-gke"])
+def test_committed_plan_matches_the_program(request, stack):
+    recording = request.getfixturevalue(stack.replace("-", "_"))
+    committed = (PLANS / f"{stack}.json").read_text()
+    current = json.dumps(plan_document(recording), indent=2, sort_keys=True) + "\n"
     if current != committed:
         diff = "".join(
             difflib.unified_diff(
                 committed.splitlines(True),
                 current.splitlines(True),
-                "stacks/plans/aws-eks.json (committed)",
+                f"stacks/plans/{stack}.json (committed)",
                 "plan of the program now",
                 n=2,
             )
         )
         pytest.fail(
-            f"the aws-eks plan changed; review the diff, then run `make snapshots` and commit:\n{diff}"
+            f"the {stack} plan changed; review the diff, then run `make snapshots` and commit:\n{diff}"
         )
 
 
@@ -120,10 +122,11 @@ def test_cli_unknown_stack_exits_2_and_lists_stacks():
     assert "aws-eks" in result.stderr
 
 
-def test_aws_plan_never_imports_the_gcp_sdk():
+@pytest.mark.parametrize(("stack", "other_cloud_sdk"), [("aws-eks", "pulumi_gcp"), ("gcp-gke", "pulumi_aws")])
+def test_a_plan_never_imports_the_other_clouds_sdk(stack, other_cloud_sdk):
     probe = (
-        "import sys, tools.plan as p; p.plan('aws-eks'); "
-        "print(sorted(m for m in sys.modules if m.startswith('pulumi_gcp')))"
+        f"import sys, tools.plan as p; p.plan({stack!r}); "
+        f"print(sorted(m for m in sys.modules if m.startswith({other_cloud_sdk!r})))"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300

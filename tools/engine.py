@@ -99,8 +99,9 @@ def _fake_hex(seed: str, length: int) -> str:
 class RealisticMocks(pulumi_mocks.Mocks):
     """Outputs shaped like the real providers', computed from names so plans are reproducible."""
 
-    def __init__(self, region: str = "us-east-1"):
+    def __init__(self, region: str = "us-east-1", project: str = "gpu-k8s-demo"):
         self.region = region
+        self.project = project
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
         outputs = dict(args.inputs)
@@ -140,7 +141,32 @@ class RealisticMocks(pulumi_mocks.Mocks):
             outputs["metadata"] = metadata
         if token.startswith("aws:"):
             outputs.setdefault("arn", arn)
+        if token.startswith("gcp:"):
+            id_ = self._gcp_outputs(token, name, outputs)
         return id_, outputs
+
+    def _gcp_outputs(self, token: str, name: str, outputs: dict) -> str:
+        """GCP resources: auto-names like Pulumi's, ids as the provider writes them; returns the id."""
+        project = outputs.get("project") or self.project
+        outputs.setdefault("name", f"{name}-{_fake_hex(name, 7)}")
+        kind = token.rsplit(":", 1)[1]
+        if kind == "Account":
+            outputs["email"] = f"{outputs['accountId']}@{project}.iam.gserviceaccount.com"
+            outputs["member"] = f"serviceAccount:{outputs['email']}"
+            return f"projects/{project}/serviceAccounts/{outputs['email']}"
+        if kind == "Network":
+            return f"projects/{project}/global/networks/{outputs['name']}"
+        if kind in ("Subnetwork", "Router"):
+            return f"projects/{project}/regions/{outputs['region']}/{kind.lower()}s/{outputs['name']}"
+        if kind == "Cluster":
+            octets = bytes.fromhex(_fake_hex(name, 6))
+            outputs["endpoint"] = "34." + ".".join(str(b) for b in octets[:3])
+            outputs["masterAuth"] = {
+                **outputs.get("masterAuth", {}),
+                "clusterCaCertificate": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==",
+            }
+            return f"projects/{project}/locations/{outputs['location']}/clusters/{outputs['name']}"
+        return f"{name}-{_fake_hex(name, 8)}"
 
     def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list | None]:
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
@@ -165,6 +191,9 @@ class RealisticMocks(pulumi_mocks.Mocks):
                 "zoneIds": [f"use1-az{i}" for i in range(1, 7)],
                 "id": self.region,
             }, []
+        if args.token == "gcp:organizations/getProject:getProject":
+            project = args.args.get("projectId") or self.project
+            return {"projectId": project, "number": "123456789012", "name": project, "id": project}, []
         raise NotImplementedError(f"no mock for invoke {args.token}; add one to tools/engine.py")
 
 
@@ -278,8 +307,8 @@ def run_program(
     Exceptions from the program (a ConfigError, say) propagate unchanged.
     """
     recording = Recording(stack=stack)
-    region = str(config.get("aws:region", "us-east-1"))
-    mocks = mocks or RealisticMocks(region=region)
+    region = str(config.get("aws:region") or config.get("gcp:region") or "us-east-1")
+    mocks = mocks or RealisticMocks(region=region, project=str(config.get("gcp:project", "gpu-k8s-demo")))
     deny = "*" in (config.get("pulumi:disable-default-providers") or [])
     monitor = RecordingMonitor(mocks, recording, deny_default_providers=deny)
     logger = logging.getLogger(f"gpu-k8s.engine.{stack}")

@@ -1,0 +1,509 @@
+"""Managed GKE Standard with GPU node pools: `build` is what `pulumi up -s gcp-gke` runs."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+
+from components.catalog import Catalog, load_catalog
+from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
+from components.compat import DriverFacts
+from components.configbase import ConfigError, ConfigIssue, config_path, raise_if_any
+from components.gpu_operator import GpuOperator, GpuOperatorArgs
+from components.spec import GCP_ZONE, ClusterSpec, SystemPoolSpec, TaintSpec, pool_child_name
+from components.storage import default_storage_class, default_storage_class_manifest
+from providers.gcp.iam import KMS_ENCRYPTER, NodeServiceAccount, gke_service_agent
+from providers.gcp.network import Network
+
+# Turns GKE's own NVIDIA device plugin off on a node, so the operator's (and its sharing configs) is the only
+# one (NVIDIA google-gke.rst; REFERENCE.md 2b).
+NO_GKE_DEVICE_PLUGIN_LABEL = "gke-no-default-nvidia-gpu-device-plugin"
+# Where Google's driver installer puts the driver on COS; the operator's toolkit goes beside it.
+GKE_NVIDIA_DIR = "/home/kubernetes/bin/nvidia"
+# GKE >= 1.33: the toolkit must read containerd's config from its file (NVIDIA google-gke.rst known issue).
+RUNTIME_CONFIG_FROM_FILE_SINCE = (1, 33)
+NODE_IMAGE = "COS_CONTAINERD"
+NODE_OAUTH_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+TAINT_EFFECTS = {
+    "NoSchedule": "NO_SCHEDULE",
+    "PreferNoSchedule": "PREFER_NO_SCHEDULE",
+    "NoExecute": "NO_EXECUTE",
+}
+LOGGED_COMPONENTS = ("SYSTEM_COMPONENTS", "APISERVER", "CONTROLLER_MANAGER", "SCHEDULER", "WORKLOADS")
+MONITORED_COMPONENTS = ("SYSTEM_COMPONENTS",)
+BALANCED_PD = "pd-balanced"
+# Machine series whose boot disk must be Hyperdisk: A3 Ultra per Vertex AI's DiskSpec ("for A3U machines,
+# the default value is hyperdisk-balanced"); A4, A4X and G4 recalled from the Compute Engine machine-series
+# pages, which were not retrieved here (UNCONFIRMED).
+HYPERDISK_ONLY_SERIES = ("a3-ultragpu", "a4-highgpu", "a4x-highgpu", "g4-standard")
+HYPERDISK_BALANCED = "hyperdisk-balanced"
+# "Node pool names must be 40 characters or fewer" (gcloud container node-pools create); Pulumi's auto-name
+# appends "-" and 7 random characters.
+MAX_NODE_POOL_NAME = 40
+AUTONAME_SUFFIX = 8
+GCE_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9]+(-[a-z0-9]+)*$")
+KMS_KEY = re.compile(r"^projects/[^/]+/locations/([^/]+)/keyRings/[^/]+/cryptoKeys/[^/]+$")
+DRIVER_CHANNEL = {"default": "DEFAULT", "latest": "LATEST"}
+
+
+def gke_traits(spec: ClusterSpec) -> PlatformTraits:
+    """How GKE runs GPUs: Google's installer owns the driver; the operator adds toolkit and device plugin."""
+    minor = tuple(int(part) for part in spec.kubernetes_version.split("."))
+    return PlatformTraits(
+        # GKE picks the DEFAULT or LATEST driver per GKE patch, COS release and GPU model; the mapping is a
+        # table in GKE's docs that could not be retrieved here, so the version is left unknown and the
+        # driver/CUDA check warns instead of guessing.
+        driver=DriverFacts(
+            owner="cloud-installer",
+            version=None,
+            upgrade_hint="set gke.gpuDriverVersion: latest for GKE's newest driver branch on COS",
+            installer=f"GKE's installer ({DRIVER_CHANNEL[spec.gke.gpu_driver_version]} channel)",
+        ),
+        toolkit_preinstalled=False,
+        # GKE labels GPU nodes cloud.google.com/gke-accelerator itself, on nodes and in its autoscaler.
+        accelerator_label=None,
+        driver_install_dir=GKE_NVIDIA_DIR,
+        toolkit_install_dir=GKE_NVIDIA_DIR,
+        toolkit_runtime_config_source="file" if minor >= RUNTIME_CONFIG_FROM_FILE_SINCE else None,
+        needs_priority_quota=True,
+    )
+
+
+def boot_disk_type(machine_type: str) -> str:
+    return HYPERDISK_BALANCED if machine_type.startswith(HYPERDISK_ONLY_SERIES) else BALANCED_PD
+
+
+def node_pool_resource_name(cluster_name: str, pool_name: str) -> str:
+    return pool_child_name(cluster_name, pool_name)
+
+
+def _zone_region(zone: str) -> str:
+    match = GCP_ZONE.match(zone)
+    assert match is not None, "validated by load_spec"
+    return match.group(1)
+
+
+def gke_issues(
+    spec: ClusterSpec, catalog: Catalog, region: str, pools: Iterable[GpuPool]
+) -> Iterable[ConfigIssue]:
+    """What the generic validation cannot know: GKE's names, zones of the region, and what GKE's own
+    autoscaler can plan for."""
+    zoned = [(("network", "zones", i), z) for i, z in enumerate(spec.network.zones)] + [
+        (("gpuPools", p, "zones", i), z)
+        for p, pool in enumerate(spec.gpu_pools)
+        for i, z in enumerate(pool.zones)
+    ]
+    for where, zone in zoned:
+        if GCP_ZONE.match(zone) and _zone_region(zone) != region:
+            yield ConfigIssue(
+                config_path(*where),
+                zone,
+                f"is not in gcp:region {region}",
+                f"use zones of {region}, e.g. {region}-a",
+            )
+    system = spec.system_pool.instance_type
+    if not GCE_MACHINE_TYPE.match(system) or catalog.machine_type("gcp", system) is not None:
+        yield ConfigIssue(
+            config_path("systemPool", "instanceType"),
+            system,
+            "not a CPU machine type"
+            if GCE_MACHINE_TYPE.match(system)
+            else "not a Compute Engine machine type",
+            "use a CPU type such as e2-standard-4 or n2-standard-4",
+        )
+    master_range = spec.gke.master_ipv4_cidr_block
+    try:
+        network = ipaddress.IPv4Network(master_range)
+        fits = network.prefixlen == 28 and network.is_private
+    except ValueError:
+        fits = False
+    if not fits:
+        yield ConfigIssue(
+            config_path("gke", "masterIpv4CidrBlock"),
+            master_range,
+            "the control plane's range must be a private /28",
+            "use an unused /28 such as 172.16.0.0/28",
+        )
+    key = spec.gke.secrets_kms_key
+    if key is not None:
+        match = KMS_KEY.match(key)
+        if match is None:
+            yield ConfigIssue(
+                config_path("gke", "secretsKmsKey"),
+                key,
+                "not a Cloud KMS key name",
+                "write projects/<project>/locations/<region>/keyRings/<ring>/cryptoKeys/<key>",
+            )
+        elif match.group(1) != region:
+            # Application-layer secrets encryption needs the key in the cluster's region (GKE docs, recalled).
+            yield ConfigIssue(
+                config_path("gke", "secretsKmsKey"),
+                key,
+                f"the key is in {match.group(1)}, the cluster in {region}",
+                f"use a key ring in {region}",
+            )
+    for index, pool in enumerate(spec.gpu_pools):
+        resource_name = node_pool_resource_name(spec.name, pool.name)
+        if len(resource_name) + AUTONAME_SUFFIX > MAX_NODE_POOL_NAME:
+            room = MAX_NODE_POOL_NAME - AUTONAME_SUFFIX - len(resource_name) + len(pool.name)
+            yield ConfigIssue(
+                config_path("gpuPools", index, "name"),
+                pool.name,
+                f"makes the node pool name {resource_name!r} plus its random suffix longer than "
+                f"{MAX_NODE_POOL_NAME} characters",
+                f"shorten the pool name to at most {room} characters (or the cluster name)",
+            )
+        if "scale_down_unneeded_time" in pool.model_fields_set:
+            yield ConfigIssue(
+                config_path("gpuPools", index, "scaleDownUnneededTime"),
+                pool.scale_down_unneeded_time,
+                "GKE's autoscaler has no per-pool scale-down time (the cluster runs OPTIMIZE_UTILIZATION, "
+                "which removes idle nodes sooner than the default profile)",
+                "remove it",
+            )
+    for index, resolved in enumerate(pools):
+        if not resolved.offer.advertises_whole_gpu_resource:
+            offered = ", ".join(slot.resource for slot in resolved.offer.slots)
+            yield ConfigIssue(
+                config_path("gpuPools", index, "sharing"),
+                resolved.spec.sharing.model_dump(by_alias=True, exclude_defaults=True),
+                f"nodes would offer {offered} instead of nvidia.com/gpu; GKE's autoscaler plans new nodes "
+                "from their accelerators as nvidia.com/gpu and treats a GPU node that never advertises it as "
+                "not ready, so pods asking for these resources would never get a node",
+                "use mig strategy single, or renameByDefault: false",
+            )
+
+
+def render_kubeconfig(cluster_name: str, endpoint: str, ca_data: str) -> str:
+    """A kubeconfig that authenticates with `gke-gcloud-auth-plugin`; it never holds a credential itself."""
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": cluster_name,
+                    "cluster": {"server": f"https://{endpoint}", "certificate-authority-data": ca_data},
+                }
+            ],
+            "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
+            "current-context": cluster_name,
+            "users": [
+                {
+                    "name": cluster_name,
+                    "user": {
+                        "exec": {
+                            "apiVersion": "client.authentication.k8s.io/v1beta1",
+                            "command": "gke-gcloud-auth-plugin",
+                            "installHint": "gcloud components install gke-gcloud-auth-plugin",
+                            "provideClusterInfo": True,
+                        }
+                    },
+                }
+            ],
+        },
+        indent=2,
+    )
+
+
+def gke_taints(taints: Iterable[TaintSpec]) -> list[gcp.container.NodePoolNodeConfigTaintArgs]:
+    return [
+        gcp.container.NodePoolNodeConfigTaintArgs(key=t.key, value=t.value, effect=TAINT_EFFECTS[t.effect])
+        for t in taints
+    ]
+
+
+def node_config(
+    service_account: pulumi.Input[str],
+    machine_type: str,
+    disk_size_gib: int,
+    labels: dict[str, str],
+    taints: Iterable[TaintSpec] = (),
+    accelerators: list[gcp.container.NodePoolNodeConfigGuestAcceleratorArgs] | None = None,
+    spot: bool = False,
+) -> gcp.container.NodePoolNodeConfigArgs:
+    """Node settings every pool shares: its own service account, GKE metadata server, shielded VM."""
+    return gcp.container.NodePoolNodeConfigArgs(
+        machine_type=machine_type,
+        image_type=NODE_IMAGE,
+        disk_size_gb=disk_size_gib,
+        disk_type=boot_disk_type(machine_type),
+        service_account=service_account,
+        # Access is decided by IAM on the service account; the scope only has to allow it.
+        oauth_scopes=list(NODE_OAUTH_SCOPES),
+        workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+            mode="GKE_METADATA"
+        ),
+        shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
+            enable_secure_boot=True, enable_integrity_monitoring=True
+        ),
+        labels=labels,
+        taints=gke_taints(taints),
+        guest_accelerators=accelerators,
+        spot=spot,
+    )
+
+
+@dataclass(frozen=True)
+class GkeClusterArgs:
+    spec: ClusterSpec
+    project: str
+    region: str
+    traits: PlatformTraits
+    pools: tuple[GpuPool, ...]
+
+
+class GkeCluster(pulumi.ComponentResource):
+    """A GKE Standard control plane, its network and node identity, the system and GPU node pools, and
+    default storage."""
+
+    handle: GpuCluster
+
+    def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-k8s:gcp:GkeCluster", name, None, opts)
+        spec, gke, child = args.spec, args.spec.gke, pulumi.ResourceOptions(parent=self)
+        network = Network(f"{name}-network", spec.name, spec.network, args.region, opts=child)
+        nodes = NodeServiceAccount(f"{name}-nodes", spec.name, args.project, opts=child)
+        prerequisites: list[pulumi.Resource] = [*nodes.bindings]
+        if gke.secrets_kms_key is not None:
+            project = gcp.organizations.get_project_output(
+                project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
+            )
+            prerequisites.append(
+                gcp.kms.CryptoKeyIAMMember(
+                    f"{name}-secrets-key-access",
+                    crypto_key_id=gke.secrets_kms_key,
+                    role=KMS_ENCRYPTER,
+                    member=gke_service_agent(project.number),
+                    opts=child,
+                )
+            )
+        zones = list(spec.network.zones)
+        location = args.region if gke.regional else zones[0]
+        cluster = gcp.container.Cluster(
+            f"{name}-gke",
+            name=spec.name,
+            project=args.project,
+            location=location,
+            # A zonal cluster's own zone is implied; listing it again is an API error.
+            node_locations=zones if gke.regional else zones[1:],
+            min_master_version=spec.kubernetes_version,
+            release_channel=gcp.container.ClusterReleaseChannelArgs(channel=gke.release_channel),
+            network=network.network,
+            subnetwork=network.subnetwork,
+            networking_mode="VPC_NATIVE",
+            ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(
+                cluster_secondary_range_name=network.pods_range_name,
+                services_secondary_range_name=network.services_range_name,
+            ),
+            private_cluster_config=gcp.container.ClusterPrivateClusterConfigArgs(
+                enable_private_nodes=True,
+                enable_private_endpoint=False,
+                master_ipv4_cidr_block=gke.master_ipv4_cidr_block,
+            ),
+            master_authorized_networks_config=gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(
+                cidr_blocks=[
+                    gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(
+                        cidr_block=cidr, display_name=f"apiAccessCidrs-{index}"
+                    )
+                    for index, cidr in enumerate(spec.api_access_cidrs)
+                ]
+            ),
+            master_auth=gcp.container.ClusterMasterAuthArgs(
+                client_certificate_config=gcp.container.ClusterMasterAuthClientCertificateConfigArgs(
+                    issue_client_certificate=False
+                )
+            ),
+            workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
+                workload_pool=f"{args.project}.svc.id.goog"
+            ),
+            enable_shielded_nodes=True,
+            enable_legacy_abac=False,
+            database_encryption=(
+                gcp.container.ClusterDatabaseEncryptionArgs(state="ENCRYPTED", key_name=gke.secrets_kms_key)
+                if gke.secrets_kms_key is not None
+                else None
+            ),
+            logging_config=gcp.container.ClusterLoggingConfigArgs(enable_components=list(LOGGED_COMPONENTS)),
+            monitoring_config=gcp.container.ClusterMonitoringConfigArgs(
+                enable_components=list(MONITORED_COMPONENTS)
+            ),
+            cluster_autoscaling=gcp.container.ClusterClusterAutoscalingArgs(
+                autoscaling_profile="OPTIMIZE_UTILIZATION"
+            ),
+            addons_config=gcp.container.ClusterAddonsConfigArgs(
+                gce_persistent_disk_csi_driver_config=(
+                    gcp.container.ClusterAddonsConfigGcePersistentDiskCsiDriverConfigArgs(enabled=True)
+                ),
+                gcp_filestore_csi_driver_config=gcp.container.ClusterAddonsConfigGcpFilestoreCsiDriverConfigArgs(
+                    enabled=gke.filestore_csi
+                ),
+            ),
+            # The default pool is created and removed at once; give it the node identity so not even it runs
+            # as the Compute Engine default account.
+            remove_default_node_pool=True,
+            initial_node_count=1,
+            node_config=gcp.container.ClusterNodeConfigArgs(
+                service_account=nodes.email,
+                oauth_scopes=list(NODE_OAUTH_SCOPES),
+                workload_metadata_config=gcp.container.ClusterNodeConfigWorkloadMetadataConfigArgs(
+                    mode="GKE_METADATA"
+                ),
+                shielded_instance_config=gcp.container.ClusterNodeConfigShieldedInstanceConfigArgs(
+                    enable_secure_boot=True, enable_integrity_monitoring=True
+                ),
+            ),
+            deletion_protection=gke.deletion_protection,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=prerequisites),
+        )
+        system_nodes = self._system_pool(name, spec.system_pool, cluster, location, zones, nodes.email)
+
+        pools = args.pools
+        for pool in pools:
+            self._gpu_pool(name, pool, cluster, location, zones, nodes.email, gke.gpu_driver_version)
+
+        kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
+            pulumi.Output.all(
+                cluster.name, cluster.endpoint, cluster.master_auth.cluster_ca_certificate
+            ).apply(lambda parts: render_kubeconfig(parts[0], parts[1], parts[2]))
+        )
+        k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig, opts=child)
+        # GKE ships its own default class (standard-rwo, also pd-balanced); with two defaults Kubernetes
+        # gives claims without a class the newest one (since 1.26), which is this one.
+        default_storage_class(
+            name,
+            default_storage_class_manifest(BALANCED_PD, "pd.csi.storage.gke.io", {"type": BALANCED_PD}),
+            k8s_provider,
+            self,
+            [system_nodes],
+        )
+        self.handle = GpuCluster(
+            name=spec.name,
+            kubernetes_version=spec.kubernetes_version,
+            kubeconfig=kubeconfig,
+            k8s_provider=k8s_provider,
+            pools=pools,
+            traits=args.traits,
+            system_ready=[system_nodes],
+        )
+        self.register_outputs(
+            {"clusterName": cluster.name, "endpoint": cluster.endpoint, "kubeconfig": kubeconfig}
+        )
+
+    def _system_pool(
+        self,
+        name: str,
+        pool: SystemPoolSpec,
+        cluster: gcp.container.Cluster,
+        location: str,
+        zones: list[str],
+        service_account: pulumi.Input[str],
+    ) -> gcp.container.NodePool:
+        """On-demand CPU nodes for the add-ons; exactly `nodes` of them spread over the zones."""
+        return gcp.container.NodePool(
+            f"{name}-system",
+            cluster=cluster.name,
+            location=location,
+            node_locations=zones,
+            initial_node_count=1,
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                total_min_node_count=pool.nodes, total_max_node_count=pool.nodes
+            ),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            node_config=node_config(
+                service_account, pool.instance_type, pool.disk_size_gib, labels={POOL_LABEL: "system"}
+            ),
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["initialNodeCount"]),
+        )
+
+    def _gpu_pool(
+        self,
+        name: str,
+        pool: GpuPool,
+        cluster: gcp.container.Cluster,
+        location: str,
+        zones: list[str],
+        service_account: pulumi.Input[str],
+        driver_channel: str,
+    ) -> gcp.container.NodePool:
+        """A GPU node pool that GKE's autoscaler takes down to zero nodes."""
+        spec = pool.spec
+        assert pool.machine.accelerator is not None, "GPU types in the GCP catalog name their accelerator"
+        return gcp.container.NodePool(
+            node_pool_resource_name(name, spec.name),
+            cluster=cluster.name,
+            location=location,
+            node_locations=list(spec.zones) or zones,
+            initial_node_count=0,
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                total_min_node_count=spec.min_nodes,
+                total_max_node_count=spec.max_nodes,
+                # ANY lets spot pools go where capacity is; BALANCED spreads on-demand nodes evenly.
+                location_policy="ANY" if spec.spot else "BALANCED",
+            ),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            node_config=node_config(
+                service_account,
+                pool.machine.name,
+                spec.disk_size_gib,
+                labels={**pool.node_labels, NO_GKE_DEVICE_PLUGIN_LABEL: "true"},
+                taints=pool.taints,
+                accelerators=[
+                    gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
+                        type=pool.machine.accelerator,
+                        count=pool.gpus_per_node,
+                        gpu_driver_installation_config=(
+                            gcp.container.NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(
+                                gpu_driver_version=DRIVER_CHANNEL[driver_channel]
+                            )
+                        ),
+                    )
+                ],
+                spot=spec.spot,
+            ),
+            # The autoscaler owns the node count.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["initialNodeCount", "nodeCount"]),
+        )
+
+
+def _gcp_config() -> tuple[str, str]:
+    config = pulumi.Config("gcp")
+    project, region = config.get("project"), config.get("region")
+    missing = [
+        ConfigIssue(f"gcp:{key}", None, "is not set", f"pulumi config set gcp:{key} {example}")
+        for key, value, example in (("project", project, "my-project"), ("region", region, "us-central1"))
+        if not value
+    ]
+    if missing:
+        raise ConfigError(missing)
+    assert project and region
+    return project, region
+
+
+def build(spec: ClusterSpec) -> GpuCluster:
+    """Everything `pulumi up -s gcp-gke` creates; validation runs before the first resource."""
+    catalog = load_catalog()
+    project, region = _gcp_config()
+    traits = gke_traits(spec)
+    pools = resolve_pools(spec, catalog, traits.accelerator_label)
+    raise_if_any(gke_issues(spec, catalog, region, pools), platform_issues(spec, traits, catalog))
+    provider = gcp.Provider(
+        f"{spec.name}-gcp",
+        project=project,
+        region=region,
+        default_labels={"gpu-k8s-cluster": spec.name},
+    )
+    gke = GkeCluster(
+        spec.name,
+        GkeClusterArgs(spec, project, region, traits, pools),
+        opts=pulumi.ResourceOptions(providers=[provider]),
+    )
+    GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(gke.handle, spec.addon_versions.gpu_operator))
+    return gke.handle

@@ -1,0 +1,62 @@
+"""Service accounts and role bindings of a GKE cluster, each granting one thing."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_gcp as gcp
+
+# The role GKE documents as the minimum a node service account needs (logging, monitoring): "Configure GKE
+# node service accounts", docs.cloud.google.com. No registry role: the operator's images come from nvcr.io
+# over Cloud NAT; users pulling from their own Artifact Registry grant roles/artifactregistry.reader.
+NODE_ROLES = ("roles/container.defaultNodeServiceAccount",)
+KMS_ENCRYPTER = "roles/cloudkms.cryptoKeyEncrypterDecrypter"
+# Account ids: 6-30 characters, lowercase letters, digits and hyphens, starting with a letter.
+MAX_ACCOUNT_ID = 30
+
+
+def account_id(cluster_name: str, purpose: str) -> str:
+    """A service account id that says which cluster and what for, within GCP's 30 characters."""
+    return f"{cluster_name[: MAX_ACCOUNT_ID - len(purpose) - 1]}-{purpose}"
+
+
+def member(email: pulumi.Input[str]) -> pulumi.Output[str]:
+    return pulumi.Output.concat("serviceAccount:", email)
+
+
+class NodeServiceAccount(pulumi.ComponentResource):
+    """A dedicated service account for GKE nodes with only the node role, instead of the Compute Engine
+    default account (project Editor) that CIS GKE 5.2.1 forbids."""
+
+    email: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, cluster_name: str, project: str, opts: pulumi.ResourceOptions | None = None
+    ):
+        super().__init__("gpu-k8s:gcp:NodeServiceAccount", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        account = gcp.serviceaccount.Account(
+            f"{name}-account",
+            account_id=account_id(cluster_name, "nodes"),
+            display_name=f"GKE nodes of {cluster_name}",
+            project=project,
+            opts=child,
+        )
+        self.bindings = [
+            gcp.projects.IAMMember(
+                f"{name}-{role.rsplit('.', 1)[-1]}",
+                project=project,
+                role=role,
+                member=member(account.email),
+                opts=child,
+            )
+            for role in NODE_ROLES
+        ]
+        self.email = account.email
+        self.register_outputs({"email": self.email})
+
+
+def gke_service_agent(project_number: pulumi.Input[str]) -> pulumi.Output[str]:
+    """The Google-managed identity GKE's control plane acts as (it encrypts Secrets with the KMS key)."""
+    return pulumi.Output.format(
+        "serviceAccount:service-{0}@container-engine-robot.iam.gserviceaccount.com", project_number
+    )

@@ -1,0 +1,81 @@
+"""The VPC a GKE cluster runs in: a VPC-native subnet with pod and service ranges, and Cloud NAT so private
+nodes reach registries (nvcr.io for the GPU Operator) without public addresses. Or an existing subnet."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_gcp as gcp
+
+from components.spec import NetworkSpec
+
+PODS_RANGE = "pods"
+SERVICES_RANGE = "services"
+
+
+class Network(pulumi.ComponentResource):
+    """Names the cluster needs: network, subnetwork and the two secondary ranges."""
+
+    network: pulumi.Output[str]
+    subnetwork: pulumi.Output[str]
+    pods_range_name: pulumi.Output[str]
+    services_range_name: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        cluster_name: str,
+        spec: NetworkSpec,
+        region: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("gpu-k8s:gcp:Network", name, None, opts)
+        if not spec.creates_vpc:
+            assert spec.network_name and spec.subnetwork_name and spec.pods_range_name
+            assert spec.services_range_name, "validated by load_spec"
+            self.network = pulumi.Output.from_input(spec.network_name)
+            self.subnetwork = pulumi.Output.from_input(spec.subnetwork_name)
+            self.pods_range_name = pulumi.Output.from_input(spec.pods_range_name)
+            self.services_range_name = pulumi.Output.from_input(spec.services_range_name)
+            self.register_outputs({})
+            return
+        assert spec.cidr and spec.pods_cidr and spec.services_cidr, "validated by load_spec"
+        child = pulumi.ResourceOptions(parent=self)
+        vpc = gcp.compute.Network(
+            f"{name}-vpc",
+            auto_create_subnetworks=False,
+            routing_mode="REGIONAL",
+            description=f"GPU cluster {cluster_name}",
+            opts=child,
+        )
+        subnet = gcp.compute.Subnetwork(
+            f"{name}-nodes",
+            network=vpc.id,
+            region=region,
+            ip_cidr_range=spec.cidr,
+            secondary_ip_ranges=[
+                gcp.compute.SubnetworkSecondaryIpRangeArgs(
+                    range_name=PODS_RANGE, ip_cidr_range=spec.pods_cidr
+                ),
+                gcp.compute.SubnetworkSecondaryIpRangeArgs(
+                    range_name=SERVICES_RANGE, ip_cidr_range=spec.services_cidr
+                ),
+            ],
+            # Private nodes reach Google APIs (Artifact Registry, logging) without NAT.
+            private_ip_google_access=True,
+            opts=child,
+        )
+        router = gcp.compute.Router(f"{name}-router", network=vpc.id, region=region, opts=child)
+        gcp.compute.RouterNat(
+            f"{name}-nat",
+            router=router.name,
+            region=region,
+            nat_ip_allocate_option="AUTO_ONLY",
+            source_subnetwork_ip_ranges_to_nat="ALL_SUBNETWORKS_ALL_IP_RANGES",
+            log_config=gcp.compute.RouterNatLogConfigArgs(enable=True, filter="ERRORS_ONLY"),
+            opts=child,
+        )
+        self.network = vpc.id
+        self.subnetwork = subnet.id
+        self.pods_range_name = pulumi.Output.from_input(PODS_RANGE)
+        self.services_range_name = pulumi.Output.from_input(SERVICES_RANGE)
+        self.register_outputs({"network": self.network, "subnetwork": self.subnetwork})
