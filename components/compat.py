@@ -241,7 +241,8 @@ def driver_issues(
             ConfigIssue(
                 config_path("addonVersions", "nvidiaDriver"),
                 spec.addon_versions.nvidia_driver,
-                f"this platform's GPU nodes get their {driver.describe()}, not from the GPU Operator",
+                f"the GPU Operator does not install this platform's driver (its GPU nodes run "
+                f"{driver.describe()})",
                 "remove addonVersions.nvidiaDriver",
             )
         )

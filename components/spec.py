@@ -291,7 +291,7 @@ def _network_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
         yield ConfigIssue(
             config_path("network", key),
             getattr(net, _field(key)),
-            f"not a {spec.cloud} network setting",
+            f"not a network setting on {spec.cloud}",
             f"{spec.cloud} network keys: {', '.join(sorted(NETWORK_KEYS[spec.cloud]))}",
         )
     if foreign:
@@ -470,14 +470,18 @@ def _accelerator_issues(
         return
     if wanted.type != machine.accelerator:
         built_in = catalog.machine_types_with("gcp", wanted.type)
-        attachable = wanted.type in catalog.n1_accelerators
+        elsewhere = (
+            f"; {wanted.type} comes with {', '.join(built_in[:4])}"
+            if built_in
+            else f"; {wanted.type} attaches to n1 machine types"
+            if wanted.type in catalog.n1_accelerators
+            else ""
+        )
         yield ConfigIssue(
             path("accelerator", "type"),
             wanted.type,
             f"is not attachable to {pool.instance_type}, which carries {machine.accelerator}",
-            "remove accelerator (the machine type decides it)"
-            + (f", or use {', '.join(built_in[:4])}" if built_in else "")
-            + (", or an n1 machine type" if attachable else ""),
+            f"remove accelerator (the machine type decides its GPUs){elsewhere}",
         )
     elif wanted.count != machine.gpu_count:
         yield ConfigIssue(
@@ -646,6 +650,13 @@ def _semantic_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssu
         )
     if spec.cuda is not None:
         yield from filter(None, [cuda_version_issue(config_path("cuda"), spec.cuda)])
+    if "gke" in spec.model_fields_set and spec.kind != "gke":
+        yield ConfigIssue(
+            config_path("gke"),
+            spec.gke.model_dump(by_alias=True, exclude_unset=True),
+            f"GKE settings only apply to kind gke, not {spec.cloud}/{spec.kind}",
+            "remove the gke section",
+        )
     yield from addon_issues(spec)
     seen: dict[str, int] = {}
     sound_pools: set[int] = set()

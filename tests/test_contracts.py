@@ -93,7 +93,7 @@ def release_values(aws_eks, name: str) -> dict[str, Any]:
     return aws_eks.by_name(name).inputs["values"]
 
 
-@pytest.mark.parametrize("stack", ["aws_eks", "mixed_sharing"])
+@pytest.mark.parametrize("stack", ["aws_eks", "mixed_sharing", "gcp_gke"])
 def test_gpu_operator_values_exist_in_the_pinned_chart(request, stack):
     chart = upstream_yaml(f"gpu-operator/{GPU_OPERATOR_CHART_VERSION}/values.yaml")
     assert (
@@ -145,9 +145,9 @@ def kubernetes_objects(*recordings) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("minor", SUPPORTED_KUBERNETES_MINORS)
-def test_kubernetes_objects_pass_strict_schema_validation(aws_eks, mixed_sharing, minor):
-    objects = kubernetes_objects(aws_eks, mixed_sharing)
-    assert {o["kind"] for o in objects} == {"Namespace", "StorageClass", "ConfigMap"}
+def test_kubernetes_objects_pass_strict_schema_validation(aws_eks, mixed_sharing, gcp_gke, minor):
+    objects = kubernetes_objects(aws_eks, mixed_sharing, gcp_gke)
+    assert {o["kind"] for o in objects} == {"Namespace", "StorageClass", "ConfigMap", "ResourceQuota"}
     for obj in objects:
         kubernetes_validate.validate(obj, f"{minor}.0", strict=True)
 
@@ -564,3 +564,122 @@ def test_mig_geometry_accepts_every_layout_nvidia_ships():
             checked += 1
             assert any(MigGeometry.of(m).misfit(devices) is None for m in owners), devices
     assert checked > 40
+
+
+# --- GKE: every field and enum value we send, against Google's discovery document of the GKE API ---
+
+GKE_API = "gke-api/v1-rev20261027/container.v1.json"
+# pulumi-gcp (Terraform-shaped) names that the API spells differently: (schema, our key) -> API path.
+GKE_RENAMED = {
+    ("Cluster", "minMasterVersion"): ("initialClusterVersion",),
+    ("Cluster", "nodeLocations"): ("locations",),
+    ("Cluster", "enableShieldedNodes"): ("shieldedNodes", "enabled"),
+    ("Cluster", "enableLegacyAbac"): ("legacyAbac", "enabled"),
+    ("Cluster", "clusterAutoscaling"): ("autoscaling",),
+    ("LoggingConfig", "enableComponents"): ("componentConfig", "enableComponents"),
+    ("MonitoringConfig", "enableComponents"): ("componentConfig", "enableComponents"),
+    ("NodePool", "nodeConfig"): ("config",),
+    ("NodePool", "nodeLocations"): ("locations",),
+    ("NodeConfig", "guestAccelerators"): ("accelerators",),
+    ("AcceleratorConfig", "type"): ("acceleratorType",),
+    ("AcceleratorConfig", "count"): ("acceleratorCount",),
+}
+# Provider-side fields with no API counterpart: where the object lives, and Terraform-only behaviour
+# (networkingMode VPC_NATIVE becomes ipAllocationPolicy.useIpAliases).
+GKE_PROVIDER_ONLY = {
+    ("Cluster", "project"),
+    ("Cluster", "removeDefaultNodePool"),
+    ("Cluster", "deletionProtection"),
+    ("Cluster", "networkingMode"),
+    ("NodePool", "cluster"),
+    ("NodePool", "location"),
+    ("NodePool", "project"),
+}
+
+
+def gke_api_problems(schemas: dict[str, Any], schema: str, value: Any, path: str = "") -> list[str]:
+    """Fields we set that the GKE API does not have, enum values it does not list, wrong scalar types."""
+    problems = []
+    properties = schemas[schema]["properties"]
+    for key, item in value.items():
+        if (schema, key) in GKE_PROVIDER_ONLY:
+            continue
+        *parents, field = GKE_RENAMED.get((schema, key), (key,))
+        owner = schema
+        for parent in parents:
+            owner = schemas[owner]["properties"][parent]["$ref"]
+        declared = schemas[owner]["properties"].get(field) if owner != schema else properties.get(field)
+        where = f"{path}{key}"
+        if declared is None:
+            problems.append(f"{where}: no field {field!r} in {owner}")
+            continue
+        problems += _gke_value_problems(schemas, declared, item, where)
+    return problems
+
+
+def _gke_value_problems(
+    schemas: dict[str, Any], declared: dict[str, Any], item: Any, where: str
+) -> list[str]:
+    if "$ref" in declared:
+        return gke_api_problems(schemas, declared["$ref"], item, f"{where}.")
+    if declared.get("type") == "array":
+        return [
+            problem
+            for index, element in enumerate(item)
+            for problem in _gke_value_problems(schemas, declared["items"], element, f"{where}[{index}]")
+        ]
+    if "enum" in declared and item not in declared["enum"]:
+        return [f"{where}: {item!r} is not one of {declared['enum']}"]
+    if declared.get("type") == "boolean" and not isinstance(item, bool):
+        return [f"{where}: {item!r} is not a boolean"]
+    # Numbers reach the engine as protobuf doubles, so a whole float is an integer here.
+    whole = isinstance(item, int | float) and not isinstance(item, bool) and float(item).is_integer()
+    if declared.get("type") == "integer" and not whole:
+        return [f"{where}: {item!r} is not an integer"]
+    return []
+
+
+@pytest.fixture(scope="module")
+def gke_schemas() -> dict[str, Any]:
+    return json.loads(upstream(GKE_API).read_text())["schemas"]
+
+
+GKE_RESOURCES = {"gcp:container/cluster:Cluster": "Cluster", "gcp:container/nodePool:NodePool": "NodePool"}
+
+
+def test_gke_resources_use_only_fields_and_enum_values_of_the_gke_api(gcp_gke, gke_schemas):
+    checked = [r for r in gcp_gke.registrations if r.type in GKE_RESOURCES]
+    assert len(checked) == 5  # the cluster, the system pool and three GPU pools
+    for registration in checked:
+        problems = gke_api_problems(gke_schemas, GKE_RESOURCES[registration.type], registration.inputs)
+        assert problems == [], registration.name
+
+
+def test_gke_api_check_catches_unknown_fields_and_values(gke_schemas):
+    assert gke_api_problems(gke_schemas, "Cluster", {"releaseChannel": {"channel": "REGULR"}}) == [
+        "releaseChannel.channel: 'REGULR' is not one of "
+        "['UNSPECIFIED', 'RAPID', 'REGULAR', 'STABLE', 'EXTENDED']"
+    ]
+    assert gke_api_problems(gke_schemas, "NodePool", {"nodeConfg": {}}) == [
+        "nodeConfg: no field 'nodeConfg' in NodePool"
+    ]
+    taint = {"nodeConfig": {"taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]}}
+    assert gke_api_problems(gke_schemas, "NodePool", taint) == [
+        "nodeConfig.taints[0].effect: 'NoSchedule' is not one of "
+        "['EFFECT_UNSPECIFIED', 'NO_SCHEDULE', 'PREFER_NO_SCHEDULE', 'NO_EXECUTE']"
+    ]
+    assert gke_api_problems(gke_schemas, "Cluster", {"enableLegacyAbac": "no"}) == [
+        "enableLegacyAbac: 'no' is not a boolean"
+    ]
+
+
+def test_gke_enums_we_offer_in_the_config_are_the_apis(gke_schemas):
+    """The config's own choices map onto the API's enums (all of them, not only the example's)."""
+    from components.spec import GkeSpec
+    from providers.gcp.gke import DRIVER_CHANNEL, TAINT_EFFECTS
+
+    channels = GkeSpec.model_fields["release_channel"].annotation.__args__  # type: ignore[union-attr]
+    assert set(channels) <= set(gke_schemas["ReleaseChannel"]["properties"]["channel"]["enum"])
+    driver_enum = gke_schemas["GPUDriverInstallationConfig"]["properties"]["gpuDriverVersion"]["enum"]
+    assert set(DRIVER_CHANNEL.values()) <= set(driver_enum)
+    assert set(TAINT_EFFECTS.values()) <= set(gke_schemas["NodeTaint"]["properties"]["effect"]["enum"])

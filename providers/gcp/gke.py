@@ -48,6 +48,9 @@ HYPERDISK_BALANCED = "hyperdisk-balanced"
 # appends "-" and 7 random characters.
 MAX_NODE_POOL_NAME = 40
 AUTONAME_SUFFIX = 8
+# NodeConfig.labels "supports up to 1,024 total characters in a single request" (GKE API discovery document;
+# counted here as keys plus values).
+MAX_NODE_LABEL_CHARACTERS = 1024
 GCE_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9]+(-[a-z0-9]+)*$")
 KMS_KEY = re.compile(r"^projects/[^/]+/locations/([^/]+)/keyRings/[^/]+/cryptoKeys/[^/]+$")
 DRIVER_CHANNEL = {"default": "DEFAULT", "latest": "LATEST"}
@@ -74,6 +77,10 @@ def gke_traits(spec: ClusterSpec) -> PlatformTraits:
         toolkit_runtime_config_source="file" if minor >= RUNTIME_CONFIG_FROM_FILE_SINCE else None,
         needs_priority_quota=True,
     )
+
+
+def gpu_node_labels(pool: GpuPool) -> dict[str, str]:
+    return {**pool.node_labels, NO_GKE_DEVICE_PLUGIN_LABEL: "true"}
 
 
 def boot_disk_type(machine_type: str) -> str:
@@ -169,6 +176,16 @@ def gke_issues(
                 "remove it",
             )
     for index, resolved in enumerate(pools):
+        labels = gpu_node_labels(resolved)
+        size = sum(len(key) + len(value) for key, value in labels.items())
+        if size > MAX_NODE_LABEL_CHARACTERS:
+            yield ConfigIssue(
+                config_path("gpuPools", index, "labels"),
+                dict(resolved.spec.labels),
+                f"the pool's node labels come to {size} characters; GKE takes at most "
+                f"{MAX_NODE_LABEL_CHARACTERS} in one request",
+                "shorten or drop some of your labels",
+            )
         if not resolved.offer.advertises_whole_gpu_resource:
             offered = ", ".join(slot.resource for slot in resolved.offer.slots)
             yield ConfigIssue(
@@ -453,7 +470,7 @@ class GkeCluster(pulumi.ComponentResource):
                 service_account,
                 pool.machine.name,
                 spec.disk_size_gib,
-                labels={**pool.node_labels, NO_GKE_DEVICE_PLUGIN_LABEL: "true"},
+                labels=gpu_node_labels(pool),
                 taints=pool.taints,
                 accelerators=[
                     gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(

@@ -1,0 +1,504 @@
+"""Graph tests of the gcp-gke stack, and the bad inputs it refuses before any resource exists."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from components.catalog import load_catalog
+from components.spec import load_spec
+from providers.gcp.gke import NO_GKE_DEVICE_PLUGIN_LABEL
+from tests.conftest import Mutation, assert_refused_before_any_resource, set_path
+from tools.engine import Recording, Registration, Secret, run_program
+
+NODE_POOL = "gcp:container/nodePool:NodePool"
+ZONES = ["us-central1-a", "us-central1-b", "us-central1-c"]
+# name: (machine type, accelerator, GPUs per node, spot, maxNodes, zones) as the example stack file says; the
+# accelerator and count of the built-in types are the catalog's, worked out by hand from GCP's machine pages.
+GPU_POOLS = {
+    "l4": ("g2-standard-8", "nvidia-l4", 1, True, 4, ZONES),
+    "a100": ("a2-highgpu-1g", "nvidia-tesla-a100", 1, False, 2, ["us-central1-a", "us-central1-c"]),
+    "t4": ("n1-standard-8", "nvidia-tesla-t4", 2, False, 2, ZONES),
+}
+
+
+def gpu_node_pools(rec: Recording) -> dict[str, Registration]:
+    return {
+        r.inputs["nodeConfig"]["labels"]["gpu-k8s.io/pool"]: r
+        for r in rec.by_type(NODE_POOL)
+        if r.inputs["nodeConfig"]["labels"]["gpu-k8s.io/pool"] != "system"
+    }
+
+
+def test_one_node_pool_per_gpu_pool_with_its_accelerators_scaling_from_zero(gcp_gke):
+    pools = gpu_node_pools(gcp_gke)
+    assert set(pools) == set(GPU_POOLS)
+    for name, (machine, accelerator, count, spot, max_nodes, zones) in GPU_POOLS.items():
+        inputs = pools[name].inputs
+        config = inputs["nodeConfig"]
+        assert config["machineType"] == machine
+        assert config["guestAccelerators"] == [
+            {
+                "type": accelerator,
+                "count": count,
+                "gpuDriverInstallationConfig": {"gpuDriverVersion": "DEFAULT"},
+            }
+        ]
+        assert config.get("spot", False) is spot
+        assert inputs["autoscaling"] == {
+            "totalMinNodeCount": 0,
+            "totalMaxNodeCount": max_nodes,
+            "locationPolicy": "ANY" if spot else "BALANCED",
+        }
+        assert inputs["initialNodeCount"] == 0
+        assert inputs["nodeLocations"] == zones
+        assert pools[name].options["ignoreChanges"] == ["initialNodeCount", "nodeCount"]
+
+
+def test_gpu_pools_match_the_catalog():
+    """The accelerator and count the plan sends are what the catalog says the machine carries."""
+    catalog = load_catalog()
+    for machine, accelerator, count, *_ in GPU_POOLS.values():
+        built_in = catalog.machine_type("gcp", machine)
+        if built_in is None:
+            attached = catalog.n1_with_gpus(machine, accelerator, count)
+            assert attached is not None and attached.gpu_count == count
+        else:
+            assert (built_in.accelerator, built_in.gpu_count) == (accelerator, count)
+
+
+def test_gpu_nodes_disable_gkes_device_plugin_and_carry_taint_and_sharing_labels(gcp_gke):
+    pools = gpu_node_pools(gcp_gke)
+    for name, registration in pools.items():
+        config = registration.inputs["nodeConfig"]
+        assert config["labels"][NO_GKE_DEVICE_PLUGIN_LABEL] == "true"
+        assert config["labels"]["nvidia.com/device-plugin.config"] == name
+        assert config["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+        # GKE labels GPU nodes with cloud.google.com/gke-accelerator itself; we never set it.
+        assert not any(key.startswith("cloud.google.com/") for key in config["labels"])
+    assert pools["a100"].inputs["nodeConfig"]["labels"]["nvidia.com/mig.config"] == "all-1g.5gb"
+    assert "nvidia.com/mig.config" not in pools["l4"].inputs["nodeConfig"]["labels"]
+
+
+def test_every_node_pool_is_hardened_and_runs_as_the_dedicated_service_account(gcp_gke):
+    account = gcp_gke.by_name("ml-nodes-account")
+    email = f"{account.inputs['accountId']}@gpu-k8s-demo.iam.gserviceaccount.com"
+    pools = gcp_gke.by_type(NODE_POOL)
+    assert len(pools) == 4
+    for pool in pools:
+        config = pool.inputs["nodeConfig"]
+        assert config["serviceAccount"] == email
+        assert config["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+        assert config["shieldedInstanceConfig"] == {
+            "enableSecureBoot": True,
+            "enableIntegrityMonitoring": True,
+        }
+        assert config["imageType"] == "COS_CONTAINERD"
+        assert pool.inputs["management"] == {"autoRepair": True, "autoUpgrade": True}
+        assert account.urn in pool.dependencies
+
+
+def test_node_service_account_has_only_the_gke_node_role(gcp_gke):
+    bindings = gcp_gke.by_type("gcp:projects/iAMMember:IAMMember")
+    assert [(b.inputs["role"], b.inputs["member"]) for b in bindings] == [
+        (
+            "roles/container.defaultNodeServiceAccount",
+            "serviceAccount:ml-nodes@gpu-k8s-demo.iam.gserviceaccount.com",
+        )
+    ]
+
+
+def test_system_pool_keeps_exactly_the_configured_nodes(gcp_gke):
+    system = gcp_gke.by_name("ml-system").inputs
+    assert system["autoscaling"] == {"totalMinNodeCount": 2, "totalMaxNodeCount": 2}
+    assert system["nodeConfig"]["machineType"] == "e2-standard-4"
+    assert "guestAccelerators" not in system["nodeConfig"]
+
+
+def test_cluster_security_and_autoscaling_settings(gcp_gke):
+    cluster = gcp_gke.by_name("ml-gke").inputs
+    assert cluster["location"] == "us-central1" and cluster["nodeLocations"] == ZONES
+    assert cluster["privateClusterConfig"]["enablePrivateNodes"] is True
+    assert cluster["masterAuthorizedNetworksConfig"]["cidrBlocks"] == [
+        {"cidrBlock": "203.0.113.0/24", "displayName": "apiAccessCidrs-0"}
+    ]
+    assert cluster["workloadIdentityConfig"] == {"workloadPool": "gpu-k8s-demo.svc.id.goog"}
+    assert cluster["enableShieldedNodes"] is True and cluster["enableLegacyAbac"] is False
+    assert cluster["masterAuth"]["clientCertificateConfig"] == {"issueClientCertificate": False}
+    assert cluster["releaseChannel"] == {"channel": "REGULAR"}
+    assert cluster["clusterAutoscaling"] == {"autoscalingProfile": "OPTIMIZE_UTILIZATION"}
+    assert cluster["removeDefaultNodePool"] is True
+    assert cluster["deletionProtection"] is True
+    assert "databaseEncryption" not in cluster
+    assert set(cluster["loggingConfig"]["enableComponents"]) >= {
+        "SYSTEM_COMPONENTS",
+        "APISERVER",
+        "WORKLOADS",
+    }
+    # Even the default pool GKE creates and this program removes does not run as the Compute Engine account.
+    assert cluster["nodeConfig"]["serviceAccount"].startswith("ml-nodes@")
+    assert cluster["addonsConfig"] == {
+        "gcePersistentDiskCsiDriverConfig": {"enabled": True},
+        "gcpFilestoreCsiDriverConfig": {"enabled": False},
+    }
+
+
+def test_network_is_vpc_native_with_nat_for_private_nodes(gcp_gke):
+    subnet = gcp_gke.by_name("ml-network-nodes").inputs
+    assert subnet["ipCidrRange"] == "10.40.0.0/20"
+    assert subnet["secondaryIpRanges"] == [
+        {"rangeName": "pods", "ipCidrRange": "10.64.0.0/14"},
+        {"rangeName": "services", "ipCidrRange": "10.68.0.0/20"},
+    ]
+    assert subnet["privateIpGoogleAccess"] is True
+    nat = gcp_gke.by_name("ml-network-nat").inputs
+    assert nat["sourceSubnetworkIpRangesToNat"] == "ALL_SUBNETWORKS_ALL_IP_RANGES"
+    cluster = gcp_gke.by_name("ml-gke").inputs
+    assert cluster["ipAllocationPolicy"] == {
+        "clusterSecondaryRangeName": "pods",
+        "servicesSecondaryRangeName": "services",
+    }
+    assert cluster["networkingMode"] == "VPC_NATIVE"
+
+
+def test_gpu_operator_gets_gke_paths_quota_and_runtime_config_from_file(gcp_gke):
+    values = gcp_gke.by_name("ml-gpu-operator-release").inputs["values"]
+    assert values["driver"] == {"enabled": False}
+    assert values["toolkit"] == {
+        "enabled": True,
+        "installDir": "/home/kubernetes/bin/nvidia",
+        "env": [{"name": "RUNTIME_CONFIG_SOURCE", "value": "file"}],
+    }
+    assert values["hostPaths"] == {"driverInstallDir": "/home/kubernetes/bin/nvidia"}
+    assert values["migManager"]["env"] == [{"name": "WITH_REBOOT", "value": "true"}]
+    quota = gcp_gke.by_name("ml-gpu-operator-priority-quota")
+    assert quota.inputs["metadata"]["namespace"] == "gpu-operator"
+    assert quota.inputs["spec"]["scopeSelector"]["matchExpressions"][0]["values"] == [
+        "system-node-critical",
+        "system-cluster-critical",
+    ]
+    assert quota.urn in gcp_gke.by_name("ml-gpu-operator-release").dependencies
+
+
+def test_aws_stacks_get_no_priority_quota(aws_eks):
+    assert aws_eks.by_type("kubernetes:core/v1:ResourceQuota") == []
+
+
+def test_default_storage_class_is_balanced_pd_wait_for_first_consumer(gcp_gke):
+    storage = gcp_gke.by_name("ml-storage-class").inputs
+    assert storage["provisioner"] == "pd.csi.storage.gke.io"
+    assert storage["parameters"] == {"type": "pd-balanced"}
+    assert storage["volumeBindingMode"] == "WaitForFirstConsumer"
+    assert storage["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
+
+
+def test_kubeconfig_is_secret_and_uses_the_gke_auth_plugin(gcp_gke):
+    provider = gcp_gke.by_name("ml-k8s")
+    assert isinstance(provider.inputs["kubeconfig"], Secret)
+    kubeconfig = json.loads(provider.inputs["kubeconfig"].value)
+    (user,) = kubeconfig["users"]
+    assert user["user"]["exec"]["command"] == "gke-gcloud-auth-plugin"
+    assert "token" not in json.dumps(kubeconfig).lower()
+    assert kubeconfig["clusters"][0]["cluster"]["server"].startswith("https://34.")
+    assert provider.parent == gcp_gke.by_name("ml").urn
+    assert isinstance(gcp_gke.outputs["kubeconfig"], Secret)
+
+
+def test_every_resource_names_its_provider_and_chains_to_the_stack(gcp_gke):
+    urns = {r.urn for r in gcp_gke.registrations}
+    for registration in gcp_gke.registrations:
+        if registration.custom and not registration.type.startswith("pulumi:providers:"):
+            assert registration.provider_urn in urns, registration.name
+        assert (
+            registration.parent == ""
+            or registration.parent in urns
+            or registration.parent.endswith("::gpu-k8s-gcp-gke")
+        )
+
+
+def test_stack_outputs_say_who_picks_the_driver(gcp_gke):
+    assert gcp_gke.outputs["gpuDriver"] == {
+        "owner": "cloud-installer",
+        "version": "chosen by GKE's installer (DEFAULT channel)",
+    }
+
+
+def test_driver_requirements_are_warned_once_per_requirement(gcp_gke):
+    cuda = [w for w in gcp_gke.warnings if w.startswith("gpu-k8s:cluster.cuda")]
+    assert len(cuda) == 1 and "pools 'l4', 'a100', 't4'" in cuda[0]
+    assert any("MIG on NVIDIA A100" in w for w in gcp_gke.warnings)
+
+
+def _variant(config: dict[str, Any], *mutations: Mutation) -> Recording:
+    changed = copy.deepcopy(config)
+    for mutate in mutations:
+        mutate(changed["gpu-k8s:cluster"])
+    return run_program("variant", changed)
+
+
+def test_existing_subnet_creates_no_network_resources(gcp_gke_config):
+    existing = {
+        "networkName": "shared",
+        "subnetworkName": "gpu",
+        "podsRangeName": "gpu-pods",
+        "servicesRangeName": "gpu-services",
+        "zones": ZONES,
+    }
+    rec = _variant(gcp_gke_config, set_path("network", existing))
+    assert not [r for r in rec.registrations if r.type.startswith("gcp:compute/")]
+    cluster = rec.by_name("ml-gke").inputs
+    assert (cluster["network"], cluster["subnetwork"]) == ("shared", "gpu")
+    assert cluster["ipAllocationPolicy"] == {
+        "clusterSecondaryRangeName": "gpu-pods",
+        "servicesSecondaryRangeName": "gpu-services",
+    }
+
+
+def test_zonal_cluster_lives_in_its_first_zone_and_lists_only_the_others(gcp_gke_config):
+    rec = _variant(gcp_gke_config, set_path("gke", {"regional": False}))
+    cluster = rec.by_name("ml-gke").inputs
+    assert cluster["location"] == "us-central1-a"
+    assert cluster["nodeLocations"] == ["us-central1-b", "us-central1-c"]
+    assert {r.inputs["location"] for r in rec.by_type(NODE_POOL)} == {"us-central1-a"}
+
+
+def test_kms_key_encrypts_secrets_and_gke_may_use_it_first(gcp_gke_config):
+    key = "projects/gpu-k8s-demo/locations/us-central1/keyRings/gke/cryptoKeys/secrets"
+    rec = _variant(gcp_gke_config, set_path("gke", {"secretsKmsKey": key, "filestoreCsi": True}))
+    cluster = rec.by_name("ml-gke")
+    assert cluster.inputs["databaseEncryption"] == {"state": "ENCRYPTED", "keyName": key}
+    assert cluster.inputs["addonsConfig"]["gcpFilestoreCsiDriverConfig"] == {"enabled": True}
+    access = rec.by_name("ml-secrets-key-access")
+    assert access.inputs == {
+        "cryptoKeyId": key,
+        "role": "roles/cloudkms.cryptoKeyEncrypterDecrypter",
+        "member": "serviceAccount:service-123456789012@container-engine-robot.iam.gserviceaccount.com",
+    }
+    assert access.urn in cluster.dependencies
+
+
+def test_latest_driver_channel_and_hyperdisk_for_series_without_pd(gcp_gke_config):
+    h200 = {"name": "h200", "instanceType": "a3-ultragpu-8g", "maxNodes": 1}
+    rec = _variant(
+        gcp_gke_config,
+        set_path("gke", {"gpuDriverVersion": "latest"}),
+        set_path("gpuPools", [h200]),
+    )
+    config = gpu_node_pools(rec)["h200"].inputs["nodeConfig"]
+    assert config["guestAccelerators"][0]["gpuDriverInstallationConfig"] == {"gpuDriverVersion": "LATEST"}
+    assert config["guestAccelerators"][0]["count"] == 8
+    assert config["diskType"] == "hyperdisk-balanced"
+    assert rec.by_name("ml-system").inputs["nodeConfig"]["diskType"] == "pd-balanced"
+
+
+def test_a_valid_n1_attachment_resolves_to_the_catalog_gpu(gcp_gke_config):
+    spec = load_spec(gcp_gke_config["gpu-k8s:cluster"])
+    (t4,) = [pool for pool in spec.gpu_pools if pool.name == "t4"]
+    assert t4.accelerator is not None and (t4.accelerator.type, t4.accelerator.count) == (
+        "nvidia-tesla-t4",
+        2,
+    )
+
+
+def delete_key_at(path: str, key: str) -> Mutation:
+    def mutate(cluster: dict[str, Any]) -> None:
+        node: Any = cluster
+        for part in path.split("."):
+            node = node[int(part)] if part.isdigit() else node[part]
+        node.pop(key)
+
+    return mutate
+
+
+# (id, mutation, YAML path named in the error, words the message must contain)
+BAD_GKE_INPUTS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
+    (
+        "gpu-count-not-the-machine-types",
+        set_path("gpuPools.1.accelerator", {"type": "nvidia-tesla-a100", "count": 2}),
+        "gpuPools[1].accelerator.count",
+        ("a2-highgpu-1g carries 1 x nvidia-tesla-a100", "count: 1"),
+    ),
+    (
+        "accelerator-not-on-this-machine",
+        set_path("gpuPools.0.accelerator", {"type": "nvidia-tesla-t4", "count": 1}),
+        "gpuPools[0].accelerator.type",
+        ("not attachable to g2-standard-8", "n1 machine type"),
+    ),
+    (
+        "accelerator-not-attachable-to-n1",
+        set_path("gpuPools.2.accelerator", {"type": "nvidia-l4", "count": 1}),
+        "gpuPools[2].accelerator",
+        ("nvidia-l4 does not attach to N1", "g2-standard-"),
+    ),
+    (
+        "n1-count-not-allowed",
+        set_path("gpuPools.2.accelerator.count", 3),
+        "gpuPools[2].accelerator",
+        ("attaches 1 / 2 / 4 at a time, not 3",),
+    ),
+    (
+        "n1-too-big-for-its-gpus",
+        set_path(
+            "gpuPools.2",
+            {
+                "name": "v100",
+                "instanceType": "n1-standard-32",
+                "maxNodes": 1,
+                "accelerator": {"type": "nvidia-tesla-v100", "count": 1},
+            },
+        ),
+        "gpuPools[2].accelerator",
+        ("allows at most 12 vCPUs; n1-standard-32 has 32",),
+    ),
+    (
+        "n1-without-gpus",
+        delete_key_at("gpuPools.2", "accelerator"),
+        "gpuPools[2].accelerator",
+        ("n1-standard-8 has no GPU of its own", "nvidia-tesla-t4"),
+    ),
+    (
+        "mig-profile-of-another-gpu",
+        set_path("gpuPools.1.sharing", {"mode": "mig", "profile": "1g.18gb"}),
+        "gpuPools[1].sharing.profile",
+        ("1g.18gb", "1g.5gb"),
+    ),
+    (
+        "mig-on-a-gpu-without-mig",
+        set_path("gpuPools.0.sharing", {"mode": "mig", "profile": "1g.6gb"}),
+        "gpuPools[0].sharing.mode",
+        ("L4",),
+    ),
+    (
+        "zones-missing",
+        delete_key_at("network", "zones"),
+        "network.zones",
+        ("zones their nodes run in", "us-central1-a"),
+    ),
+    (
+        "zone-of-another-region",
+        set_path("network.zones", ["us-central1-a", "europe-west4-a"]),
+        "network.zones[1]",
+        ("not in gcp:region us-central1",),
+    ),
+    (
+        "pool-zone-malformed",
+        set_path("gpuPools.1.zones", ["us-central1"]),
+        "gpuPools[1].zones[0]",
+        ("not a GCP zone name",),
+    ),
+    (
+        "aws-network-key",
+        set_path("network.vpcId", "vpc-0abc"),
+        "network.vpcId",
+        ("not a network setting on gcp", "podsCidr"),
+    ),
+    (
+        "subnet-ranges-overlap",
+        set_path("network.podsCidr", "10.40.0.0/14"),
+        "network.podsCidr",
+        ("overlaps network.cidr",),
+    ),
+    (
+        "new-and-existing-subnet",
+        set_path("network.subnetworkName", "gpu"),
+        "gpu-k8s:cluster.network",
+        ("exclude each other",),
+    ),
+    (
+        "services-range-missing",
+        delete_key_at("network", "servicesCidr"),
+        "network.servicesCidr",
+        ("required key is missing", "10.68.0.0/20"),
+    ),
+    (
+        "system-pool-is-a-gpu-type",
+        set_path("systemPool.instanceType", "g2-standard-4"),
+        "systemPool.instanceType",
+        ("not a CPU machine type", "e2-standard-4"),
+    ),
+    (
+        "master-range-not-a-28",
+        set_path("gke", {"masterIpv4CidrBlock": "172.16.0.0/24"}),
+        "gke.masterIpv4CidrBlock",
+        ("private /28",),
+    ),
+    (
+        "kms-key-in-another-region",
+        set_path("gke", {"secretsKmsKey": "projects/p/locations/europe-west4/keyRings/r/cryptoKeys/k"}),
+        "gke.secretsKmsKey",
+        ("europe-west4", "us-central1"),
+    ),
+    (
+        "renamed-shared-resource-cannot-scale-from-zero",
+        set_path("gpuPools.0.sharing", {"mode": "timeSlicing", "replicas": 4, "renameByDefault": True}),
+        "gpuPools[0].sharing",
+        ("nvidia.com/gpu.shared", "renameByDefault: false"),
+    ),
+    (
+        "per-pool-scale-down-time",
+        set_path("gpuPools.0.scaleDownUnneededTime", "10m"),
+        "gpuPools[0].scaleDownUnneededTime",
+        ("no per-pool scale-down time", "remove it"),
+    ),
+    (
+        "node-pool-name-too-long",
+        set_path("gpuPools.0.name", "l4-" + "x" * 25),
+        "gpuPools[0].name",
+        ("longer than 40 characters", "at most"),
+    ),
+    (
+        "driver-version-for-gkes-installer",
+        set_path("addonVersions", {"nvidiaDriver": "580.126.20"}),
+        "addonVersions.nvidiaDriver",
+        ("GKE's installer", "remove"),
+    ),
+    (
+        "gke-settings-unknown-key",
+        set_path("gke", {"autopilot": True}),
+        "gke.autopilot",
+        ("unknown key", "releaseChannel"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutation", "path", "words"),
+    [case[1:] for case in BAD_GKE_INPUTS],
+    ids=[case[0] for case in BAD_GKE_INPUTS],
+)
+def test_bad_gke_input_is_refused_before_any_resource(gcp_gke_config, mutation, path, words):
+    assert_refused_before_any_resource(gcp_gke_config, mutation, path, words)
+
+
+@pytest.mark.parametrize("key", ["gcp:project", "gcp:region"])
+def test_missing_gcp_settings_are_refused(gcp_gke_config, key):
+    config = copy.deepcopy(gcp_gke_config)
+    del config[key]
+    assert_refused_before_any_resource(config, lambda cluster: None, key, ("pulumi config set",))
+
+
+def test_gke_section_on_another_platform_is_refused(aws_eks_config):
+    assert_refused_before_any_resource(
+        aws_eks_config, set_path("gke", {"regional": False}), "gpu-k8s:cluster.gke", ("only", "gke")
+    )
+
+
+def test_accelerator_on_aws_is_refused(aws_eks_config):
+    assert_refused_before_any_resource(
+        aws_eks_config,
+        set_path("gpuPools.0.accelerator", {"type": "nvidia-l40s", "count": 1}),
+        "gpuPools[0].accelerator",
+        ("aws instance types carry their GPUs",),
+    )
+
+
+def test_gcp_keys_on_aws_are_refused(aws_eks_config):
+    assert_refused_before_any_resource(
+        aws_eks_config,
+        set_path("network.zones", ["us-east-1a"]),
+        "network.zones",
+        ("not a network setting on aws",),
+    )
