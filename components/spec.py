@@ -506,7 +506,7 @@ def _machine_issues(
         yield ConfigIssue(
             path("instanceType"),
             pool.instance_type,
-            f"not a {cloud} GPU type in the catalog (it lists every type with NVIDIA GPUs)",
+            f"not a GPU type of {cloud} in the catalog (it lists every type with NVIDIA GPUs)",
             f"did you mean one of: {hint}?",
         )
     elif machine.gpu_fraction:

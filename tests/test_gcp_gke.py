@@ -226,6 +226,14 @@ def test_stack_outputs_say_who_picks_the_driver(gcp_gke):
     }
 
 
+def test_shared_pools_warn_that_gkes_autoscaler_sees_whole_gpus_from_zero(gcp_gke):
+    (l4,) = [w for w in gcp_gke.warnings if "GKE's autoscaler sizes" in w and "'l4'" in w]
+    assert "as 1 nvidia.com/gpu" in l4 and "offers 4 once running" in l4
+    (a100,) = [w for w in gcp_gke.warnings if "GKE's autoscaler sizes" in w and "'a100'" in w]
+    assert "offers 7 once running" in a100
+    assert not [w for w in gcp_gke.warnings if "GKE's autoscaler sizes" in w and "'t4'" in w]
+
+
 def test_driver_requirements_are_warned_once_per_requirement(gcp_gke):
     cuda = [w for w in gcp_gke.warnings if w.startswith("gpu-k8s:cluster.cuda")]
     assert len(cuda) == 1 and "pools 'l4', 'a100', 't4'" in cuda[0]

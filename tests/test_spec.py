@@ -74,7 +74,7 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "gcp-type-on-aws",
         set_path("gpuPools.0.instanceType", "a2-highgpu-1g"),
         "gpuPools[0].instanceType",
-        ("aws GPU type",),
+        ("not a GPU type of aws",),
     ),
     ("kubernetes-too-old", set_path("kubernetesVersion", "1.31"), "kubernetesVersion", ("1.33-1.36",)),
     ("kubernetes-too-new", set_path("kubernetesVersion", "1.37"), "kubernetesVersion", ("1.33-1.36",)),

@@ -198,6 +198,21 @@ def gke_issues(
             )
 
 
+def gke_warnings(pools: Iterable[GpuPool]) -> Iterable[ConfigIssue]:
+    """What GKE's autoscaler cannot see from zero: a node's shared slots beyond its whole GPUs."""
+    for index, pool in enumerate(pools):
+        gpus, slots = pool.gpus_per_node, pool.offer.slots_per_node
+        if slots > gpus and pool.spec.min_nodes == 0:
+            yield ConfigIssue(
+                config_path("gpuPools", index, "sharing"),
+                pool.spec.sharing.model_dump(by_alias=True, exclude_defaults=True),
+                f"pool {pool.spec.name!r}: GKE's autoscaler sizes a node of this pool at zero as {gpus} "
+                f"nvidia.com/gpu (its GPUs), though it offers {slots} once running; a pending pod asking for "
+                f"more than {gpus} does not start the first node",
+                "keep single-pod requests within the GPUs per node, or set minNodes: 1",
+            )
+
+
 def render_kubeconfig(cluster_name: str, endpoint: str, ca_data: str) -> str:
     """A kubeconfig that authenticates with `gke-gcloud-auth-plugin`; it never holds a credential itself."""
     return json.dumps(
@@ -310,7 +325,7 @@ class GkeCluster(pulumi.ComponentResource):
             project=args.project,
             location=location,
             # A zonal cluster's own zone is implied; listing it again is an API error.
-            node_locations=zones if gke.regional else zones[1:],
+            node_locations=zones if gke.regional else (zones[1:] or None),
             min_master_version=spec.kubernetes_version,
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=gke.release_channel),
             network=network.network,
@@ -511,6 +526,8 @@ def build(spec: ClusterSpec) -> GpuCluster:
     traits = gke_traits(spec)
     pools = resolve_pools(spec, catalog, traits.accelerator_label)
     raise_if_any(gke_issues(spec, catalog, region, pools), platform_issues(spec, traits, catalog))
+    for warning in gke_warnings(pools):
+        pulumi.log.warn(str(warning))
     provider = gcp.Provider(
         f"{spec.name}-gcp",
         project=project,
