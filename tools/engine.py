@@ -8,6 +8,7 @@ derived from resource names so every run produces the same plan. The plan tool a
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -15,6 +16,7 @@ import runpy
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -296,6 +298,13 @@ def _run_main() -> None:
     runpy.run_path(str(PROJECT_ROOT / "__main__.py"), run_name="__main__")
 
 
+def _own_loop(loops: list[asyncio.AbstractEventLoop]) -> None:
+    """Executor thread initializer: a loop for this thread, remembered so the run can close it."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loops.append(loop)
+
+
 def run_program(
     stack: str,
     config: Mapping[str, Any],
@@ -307,6 +316,16 @@ def run_program(
     Exceptions from the program (a ConfigError, say) propagate unchanged.
     """
     recording = Recording(stack=stack)
+    # Pulumi runs the monitor's calls on the loop's default executor and each of those threads needs an
+    # event loop of its own; giving them one here lets this run close every loop it made (left to the
+    # garbage collector, a loop can outlive its self-pipe and print "Invalid file descriptor" tracebacks).
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    thread_loops: list[asyncio.AbstractEventLoop] = []
+    executor = ThreadPoolExecutor(
+        thread_name_prefix="gpu-k8s-engine", initializer=_own_loop, initargs=(thread_loops,)
+    )
+    loop.set_default_executor(executor)
     region = str(config.get("aws:region") or config.get("gcp:region") or "us-east-1")
     mocks = mocks or RealisticMocks(region=region, project=str(config.get("gcp:project", "gpu-k8s-demo")))
     deny = "*" in (config.get("pulumi:disable-default-providers") or [])
@@ -323,5 +342,11 @@ def run_program(
     # set_mocks made a finished root Stack; the CLI runs the program inside a fresh one whose outputs
     # are the exports, so replace it.
     pulumi.runtime.settings.ROOT.set(None)
-    _sync_await(run_in_stack(program or _run_main))
+    try:
+        _sync_await(run_in_stack(program or _run_main))
+    finally:
+        executor.shutdown(wait=True)
+        for each in [*thread_loops, loop]:
+            each.close()
+        asyncio.set_event_loop(None)
     return recording

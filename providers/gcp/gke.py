@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -15,11 +16,12 @@ import pulumi_kubernetes as k8s
 from components.catalog import Catalog, load_catalog
 from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
 from components.compat import DriverFacts
-from components.configbase import ConfigError, ConfigIssue, config_path, raise_if_any
+from components.configbase import ConfigIssue, config_path, raise_if_any
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
-from components.spec import GCP_ZONE, ClusterSpec, SystemPoolSpec, TaintSpec, pool_child_name
+from components.spec import ClusterSpec, GkeSpec, SystemPoolSpec, TaintSpec, pool_child_name
 from components.storage import default_storage_class, default_storage_class_manifest
 from providers.gcp.iam import KMS_ENCRYPTER, NodeServiceAccount, gke_service_agent
+from providers.gcp.location import project_and_region, zone_issues
 from providers.gcp.network import Network
 
 # Turns GKE's own NVIDIA device plugin off on a node, so the operator's (and its sharing configs) is the only
@@ -87,110 +89,98 @@ def boot_disk_type(machine_type: str) -> str:
     return HYPERDISK_BALANCED if machine_type.startswith(HYPERDISK_ONLY_SERIES) else BALANCED_PD
 
 
-def node_pool_resource_name(cluster_name: str, pool_name: str) -> str:
-    return pool_child_name(cluster_name, pool_name)
-
-
-def _zone_region(zone: str) -> str:
-    match = GCP_ZONE.match(zone)
-    assert match is not None, "validated by load_spec"
-    return match.group(1)
-
-
 def gke_issues(
-    spec: ClusterSpec, catalog: Catalog, region: str, pools: Iterable[GpuPool]
+    spec: ClusterSpec, catalog: Catalog, region: str, pools: Sequence[GpuPool]
 ) -> Iterable[ConfigIssue]:
-    """What the generic validation cannot know: GKE's names, zones of the region, and what GKE's own
-    autoscaler can plan for."""
-    zoned = [(("network", "zones", i), z) for i, z in enumerate(spec.network.zones)] + [
-        (("gpuPools", p, "zones", i), z)
-        for p, pool in enumerate(spec.gpu_pools)
-        for i, z in enumerate(pool.zones)
-    ]
-    for where, zone in zoned:
-        if GCP_ZONE.match(zone) and _zone_region(zone) != region:
-            yield ConfigIssue(
-                config_path(*where),
-                zone,
-                f"is not in gcp:region {region}",
-                f"use zones of {region}, e.g. {region}-a",
-            )
+    """What the generic validation cannot know: zones of the region, GKE's names and limits, and what GKE's
+    own autoscaler can plan for."""
+    yield from zone_issues(spec, region)
+    yield from _system_pool_issues(spec, catalog)
+    yield from _control_plane_issues(spec.gke, region)
+    yield from _node_pool_issues(spec, pools)
+
+
+def _system_pool_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
     system = spec.system_pool.instance_type
-    if not GCE_MACHINE_TYPE.match(system) or catalog.machine_type("gcp", system) is not None:
+    well_formed = GCE_MACHINE_TYPE.match(system) is not None
+    if not well_formed or catalog.machine_type("gcp", system) is not None:
         yield ConfigIssue(
             config_path("systemPool", "instanceType"),
             system,
-            "not a CPU machine type"
-            if GCE_MACHINE_TYPE.match(system)
-            else "not a Compute Engine machine type",
+            "not a CPU machine type" if well_formed else "not a Compute Engine machine type",
             "use a CPU type such as e2-standard-4 or n2-standard-4",
         )
-    master_range = spec.gke.master_ipv4_cidr_block
+
+
+def _control_plane_issues(gke: GkeSpec, region: str) -> Iterable[ConfigIssue]:
     try:
-        network = ipaddress.IPv4Network(master_range)
-        fits = network.prefixlen == 28 and network.is_private
+        master_range = ipaddress.IPv4Network(gke.master_ipv4_cidr_block)
+        fits = master_range.prefixlen == 28 and master_range.is_private
     except ValueError:
         fits = False
     if not fits:
         yield ConfigIssue(
             config_path("gke", "masterIpv4CidrBlock"),
-            master_range,
+            gke.master_ipv4_cidr_block,
             "the control plane's range must be a private /28",
             "use an unused /28 such as 172.16.0.0/28",
         )
-    key = spec.gke.secrets_kms_key
-    if key is not None:
-        match = KMS_KEY.match(key)
-        if match is None:
-            yield ConfigIssue(
-                config_path("gke", "secretsKmsKey"),
-                key,
-                "not a Cloud KMS key name",
-                "write projects/<project>/locations/<region>/keyRings/<ring>/cryptoKeys/<key>",
-            )
-        elif match.group(1) != region:
-            # Application-layer secrets encryption needs the key in the cluster's region (GKE docs, recalled).
-            yield ConfigIssue(
-                config_path("gke", "secretsKmsKey"),
-                key,
-                f"the key is in {match.group(1)}, the cluster in {region}",
-                f"use a key ring in {region}",
-            )
-    for index, pool in enumerate(spec.gpu_pools):
-        resource_name = node_pool_resource_name(spec.name, pool.name)
+    key = gke.secrets_kms_key
+    match = KMS_KEY.match(key) if key is not None else None
+    if key is not None and match is None:
+        yield ConfigIssue(
+            config_path("gke", "secretsKmsKey"),
+            key,
+            "not a Cloud KMS key name",
+            "write projects/<project>/locations/<region>/keyRings/<ring>/cryptoKeys/<key>",
+        )
+    elif match is not None and match.group(1) != region:
+        # Application-layer secrets encryption needs the key in the cluster's region (GKE docs, recalled;
+        # UNCONFIRMED here).
+        yield ConfigIssue(
+            config_path("gke", "secretsKmsKey"),
+            key,
+            f"the key is in {match.group(1)}, the cluster in {region}",
+            f"use a key ring in {region}",
+        )
+
+
+def _node_pool_issues(spec: ClusterSpec, pools: Sequence[GpuPool]) -> Iterable[ConfigIssue]:
+    for index, pool in enumerate(pools):
+        path = functools.partial(config_path, "gpuPools", index)
+        resource_name = pool_child_name(spec.name, pool.spec.name)
         if len(resource_name) + AUTONAME_SUFFIX > MAX_NODE_POOL_NAME:
-            room = MAX_NODE_POOL_NAME - AUTONAME_SUFFIX - len(resource_name) + len(pool.name)
+            room = MAX_NODE_POOL_NAME - AUTONAME_SUFFIX - len(resource_name) + len(pool.spec.name)
             yield ConfigIssue(
-                config_path("gpuPools", index, "name"),
-                pool.name,
+                path("name"),
+                pool.spec.name,
                 f"makes the node pool name {resource_name!r} plus its random suffix longer than "
                 f"{MAX_NODE_POOL_NAME} characters",
                 f"shorten the pool name to at most {room} characters (or the cluster name)",
             )
-        if "scale_down_unneeded_time" in pool.model_fields_set:
+        if "scale_down_unneeded_time" in pool.spec.model_fields_set:
             yield ConfigIssue(
-                config_path("gpuPools", index, "scaleDownUnneededTime"),
-                pool.scale_down_unneeded_time,
+                path("scaleDownUnneededTime"),
+                pool.spec.scale_down_unneeded_time,
                 "GKE's autoscaler has no per-pool scale-down time (the cluster runs OPTIMIZE_UTILIZATION, "
                 "which removes idle nodes sooner than the default profile)",
                 "remove it",
             )
-    for index, resolved in enumerate(pools):
-        labels = gpu_node_labels(resolved)
+        labels = gpu_node_labels(pool)
         size = sum(len(key) + len(value) for key, value in labels.items())
         if size > MAX_NODE_LABEL_CHARACTERS:
             yield ConfigIssue(
-                config_path("gpuPools", index, "labels"),
-                dict(resolved.spec.labels),
+                path("labels"),
+                dict(pool.spec.labels),
                 f"the pool's node labels come to {size} characters; GKE takes at most "
                 f"{MAX_NODE_LABEL_CHARACTERS} in one request",
                 "shorten or drop some of your labels",
             )
-        if not resolved.offer.advertises_whole_gpu_resource:
-            offered = ", ".join(slot.resource for slot in resolved.offer.slots)
+        if not pool.offer.advertises_whole_gpu_resource:
+            offered = ", ".join(slot.resource for slot in pool.offer.slots)
             yield ConfigIssue(
-                config_path("gpuPools", index, "sharing"),
-                resolved.spec.sharing.model_dump(by_alias=True, exclude_defaults=True),
+                path("sharing"),
+                pool.spec.sharing.model_dump(by_alias=True, exclude_defaults=True),
                 f"nodes would offer {offered} instead of nvidia.com/gpu; GKE's autoscaler plans new nodes "
                 "from their accelerators as nvidia.com/gpu and treats a GPU node that never advertises it as "
                 "not ready, so pods asking for these resources would never get a node",
@@ -469,7 +459,7 @@ class GkeCluster(pulumi.ComponentResource):
         spec = pool.spec
         assert pool.machine.accelerator is not None, "GPU types in the GCP catalog name their accelerator"
         return gcp.container.NodePool(
-            node_pool_resource_name(name, spec.name),
+            pool_child_name(name, spec.name),
             cluster=cluster.name,
             location=location,
             node_locations=list(spec.zones) or zones,
@@ -505,24 +495,10 @@ class GkeCluster(pulumi.ComponentResource):
         )
 
 
-def _gcp_config() -> tuple[str, str]:
-    config = pulumi.Config("gcp")
-    project, region = config.get("project"), config.get("region")
-    missing = [
-        ConfigIssue(f"gcp:{key}", None, "is not set", f"pulumi config set gcp:{key} {example}")
-        for key, value, example in (("project", project, "my-project"), ("region", region, "us-central1"))
-        if not value
-    ]
-    if missing:
-        raise ConfigError(missing)
-    assert project and region
-    return project, region
-
-
 def build(spec: ClusterSpec) -> GpuCluster:
     """Everything `pulumi up -s gcp-gke` creates; validation runs before the first resource."""
     catalog = load_catalog()
-    project, region = _gcp_config()
+    project, region = project_and_region()
     traits = gke_traits(spec)
     pools = resolve_pools(spec, catalog, traits.accelerator_label)
     raise_if_any(gke_issues(spec, catalog, region, pools), platform_issues(spec, traits, catalog))
