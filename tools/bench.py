@@ -1,11 +1,12 @@
 """Benchmark of the offline plan (not a timed test; numbers go into notes and pull requests).
 
-    python -m tools.bench [--runs 5]
+    python -m tools.bench [--runs 5] [--stack aws-eks]
 
-Reports, on this machine:
-- whole-process `python -m tools.plan aws-eks` vs a process that only imports the Pulumi modules the
+Reports, on this machine, for one stack:
+- whole-process `python -m tools.plan <stack>` vs a process that only imports the Pulumi modules the
   plan uses (the floor no plan can beat), median of --runs each;
-- the in-process plan time of aws-eks with 1, 10 and 50 GPU pools and the cost of each extra pool;
+- the in-process plan time with 1, 10 and 50 copies of the stack's first GPU pool and the cost of each
+  extra pool;
 - peak RSS of the whole-process plan.
 Budget (2-core machine): plan <= 2x the import floor; < 30 ms per extra pool; peak RSS < 400 MB.
 """
@@ -28,9 +29,9 @@ LOADED_SDK_MODULES = """
 import contextlib, importlib.util, io, sys
 import tools.plan
 with contextlib.redirect_stdout(io.StringIO()):
-    tools.plan.main(["aws-eks"])
+    tools.plan.main([sys.argv[1]])
 print(" ".join(sorted(name for name, module in list(sys.modules.items())
-                      if name.split(".")[0] in {"pulumi", "pulumi_aws", "pulumi_kubernetes"}
+                      if name.split(".")[0] in {"pulumi", "pulumi_aws", "pulumi_gcp", "pulumi_kubernetes"}
                       and type(module).__name__ != "_LazyModule")))
 """
 # Imports (and, for lazy stubs, runs) exactly those modules: the floor no plan can beat.
@@ -39,7 +40,6 @@ import importlib, sys
 for name in sys.argv[1].split():
     getattr(importlib.import_module(name), "__file__", None)
 """
-STACK_FILE = PROJECT_ROOT / "stacks" / "Pulumi.aws-eks.yaml"
 
 
 def _median_seconds(command: list[str], runs: int) -> float:
@@ -51,15 +51,15 @@ def _median_seconds(command: list[str], runs: int) -> float:
     return statistics.median(samples)
 
 
-def _config_with_pools(count: int) -> dict:
-    config = copy.deepcopy(stack_config(STACK_FILE))
+def _config_with_pools(stack: str, count: int) -> dict:
+    config = copy.deepcopy(stack_config(PROJECT_ROOT / "stacks" / f"Pulumi.{stack}.yaml"))
     template = config["gpu-k8s:cluster"]["gpuPools"][0]
     config["gpu-k8s:cluster"]["gpuPools"] = [{**template, "name": f"pool{i}"} for i in range(count)]
     return config
 
 
-def _in_process_seconds(pools: int, runs: int) -> float:
-    config = _config_with_pools(pools)
+def _in_process_seconds(stack: str, pools: int, runs: int) -> float:
+    config = _config_with_pools(stack, pools)
     samples = []
     for _ in range(runs):
         start = time.perf_counter()
@@ -71,24 +71,27 @@ def _in_process_seconds(pools: int, runs: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--stack", default="aws-eks")
     args = parser.parse_args(argv)
 
     modules = subprocess.run(
-        [sys.executable, "-c", LOADED_SDK_MODULES],
+        [sys.executable, "-c", LOADED_SDK_MODULES, args.stack],
         check=True,
         capture_output=True,
         text=True,
         cwd=PROJECT_ROOT,
     ).stdout.strip()
     floor = _median_seconds([sys.executable, "-c", IMPORT_FLOOR, modules], args.runs)
-    whole = _median_seconds([sys.executable, "-m", "tools.plan", "aws-eks"], args.runs)
+    whole = _median_seconds([sys.executable, "-m", "tools.plan", args.stack], args.runs)
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    run_program("warm-up", _config_with_pools(1))
-    per_pools = {n: _in_process_seconds(n, args.runs) for n in (1, 10, 50)}
+    run_program("warm-up", _config_with_pools(args.stack, 1))
+    per_pools = {n: _in_process_seconds(args.stack, n, args.runs) for n in (1, 10, 50)}
     per_extra_pool_ms = (per_pools[50] - per_pools[1]) / 49 * 1000
 
     print(f"import floor, {len(modules.split())} SDK modules (median of {args.runs}): {floor:6.2f} s")
-    print(f"whole-process plan aws-eks:          {whole:6.2f} s  ({whole / floor:.2f}x the floor; budget 2x)")
+    print(
+        f"whole-process plan {args.stack}:          {whole:6.2f} s  ({whole / floor:.2f}x the floor; budget 2x)"
+    )
     for pools, seconds in per_pools.items():
         print(f"in-process plan, {pools:2d} GPU pool(s):     {seconds:6.2f} s")
     print(f"each extra GPU pool:                 {per_extra_pool_ms:6.1f} ms (budget 30 ms)")
