@@ -89,9 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     per_extra_pool_ms = (per_pools[50] - per_pools[1]) / 49 * 1000
 
     print(f"import floor, {len(modules.split())} SDK modules (median of {args.runs}): {floor:6.2f} s")
-    print(
-        f"whole-process plan {args.stack}:          {whole:6.2f} s  ({whole / floor:.2f}x the floor; budget 2x)"
-    )
+    label = f"whole-process plan {args.stack}:"
+    print(f"{label:37s}{whole:6.2f} s  ({whole / floor:.2f}x the floor; budget 2x)")
     for pools, seconds in per_pools.items():
         print(f"in-process plan, {pools:2d} GPU pool(s):     {seconds:6.2f} s")
     print(f"each extra GPU pool:                 {per_extra_pool_ms:6.1f} ms (budget 30 ms)")
