@@ -683,3 +683,20 @@ def test_gke_enums_we_offer_in_the_config_are_the_apis(gke_schemas):
     driver_enum = gke_schemas["GPUDriverInstallationConfig"]["properties"]["gpuDriverVersion"]["enum"]
     assert set(DRIVER_CHANNEL.values()) <= set(driver_enum)
     assert set(TAINT_EFFECTS.values()) <= set(gke_schemas["NodeTaint"]["properties"]["effect"]["enum"])
+
+
+def test_gke_sharing_is_left_to_the_gpu_operator(gcp_gke, gke_schemas):
+    """GKE could share GPUs itself (time-sharing, MPS, MIG partitions); the operator's device plugin does it
+    instead, so those API fields stay unset on every accelerator."""
+    own_sharing = {"gpuSharingConfig", "gpuPartitionSize"}
+    assert own_sharing <= set(gke_schemas["AcceleratorConfig"]["properties"])
+    sharing_enum = gke_schemas["GPUSharingConfig"]["properties"]["gpuSharingStrategy"]["enum"]
+    assert {"TIME_SHARING", "MPS"} <= set(sharing_enum)
+    accelerators = [
+        accelerator
+        for pool in gcp_gke.by_type("gcp:container/nodePool:NodePool")
+        for accelerator in pool.inputs["nodeConfig"].get("guestAccelerators", [])
+    ]
+    assert len(accelerators) == 3
+    for accelerator in accelerators:
+        assert not own_sharing & set(accelerator)
