@@ -56,6 +56,8 @@ def test_one_node_pool_per_gpu_pool_with_its_accelerators_scaling_from_zero(gcp_
         assert inputs["initialNodeCount"] == 0
         assert inputs["nodeLocations"] == zones
         assert pools[name].options["ignoreChanges"] == ["initialNodeCount", "nodeCount"]
+        # No surge node on upgrades: it would need spare GPU quota.
+        assert inputs["upgradeSettings"] == {"maxSurge": 0, "maxUnavailable": 1}
 
 
 def test_gpu_pools_match_the_catalog():
@@ -99,6 +101,15 @@ def test_every_node_pool_is_hardened_and_runs_as_the_dedicated_service_account(g
         assert config["imageType"] == "COS_CONTAINERD"
         assert pool.inputs["management"] == {"autoRepair": True, "autoUpgrade": True}
         assert account.urn in pool.dependencies
+
+
+def test_the_apis_the_stack_needs_are_enabled_first_and_stay_enabled(gcp_gke):
+    services = {r.inputs["service"]: r for r in gcp_gke.by_type("gcp:projects/service:Service")}
+    assert set(services) == {"compute.googleapis.com", "container.googleapis.com", "iam.googleapis.com"}
+    assert all(s.inputs["disableOnDestroy"] is False for s in services.values())
+    assert services["compute.googleapis.com"].urn in gcp_gke.by_name("ml-network-vpc").dependencies
+    assert services["iam.googleapis.com"].urn in gcp_gke.by_name("ml-nodes-account").dependencies
+    assert services["container.googleapis.com"].urn in gcp_gke.by_name("ml-gke").dependencies
 
 
 def test_node_service_account_has_only_the_gke_node_role(gcp_gke):

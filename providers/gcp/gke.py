@@ -56,6 +56,7 @@ MAX_NODE_LABEL_CHARACTERS = 1024
 GCE_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9]+(-[a-z0-9]+)*$")
 KMS_KEY = re.compile(r"^projects/[^/]+/locations/([^/]+)/keyRings/[^/]+/cryptoKeys/[^/]+$")
 DRIVER_CHANNEL = {"default": "DEFAULT", "latest": "LATEST"}
+REQUIRED_APIS = ("compute.googleapis.com", "container.googleapis.com", "iam.googleapis.com")
 
 
 def gke_traits(spec: ClusterSpec) -> PlatformTraits:
@@ -291,9 +292,29 @@ class GkeCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-k8s:gcp:GkeCluster", name, None, opts)
         spec, gke, child = args.spec, args.spec.gke, pulumi.ResourceOptions(parent=self)
-        network = Network(f"{name}-network", spec.name, spec.network, args.region, opts=child)
-        nodes = NodeServiceAccount(f"{name}-nodes", spec.name, args.project, opts=child)
-        prerequisites: list[pulumi.Resource] = [*nodes.bindings]
+        # Enabled by the stack so a fresh project works; left enabled on destroy, other things may use them.
+        apis = {
+            api: gcp.projects.Service(
+                f"{name}-{api.split('.')[0]}-api",
+                service=api,
+                project=args.project,
+                disable_on_destroy=False,
+                opts=child,
+            )
+            for api in REQUIRED_APIS
+        }
+        network = Network(
+            f"{name}-network",
+            spec.name,
+            spec.network,
+            args.region,
+            after=[apis["compute.googleapis.com"]],
+            opts=child,
+        )
+        nodes = NodeServiceAccount(
+            f"{name}-nodes", spec.name, args.project, after=[apis["iam.googleapis.com"]], opts=child
+        )
+        prerequisites: list[pulumi.Resource] = [*nodes.bindings, apis["container.googleapis.com"]]
         if gke.secrets_kms_key is not None:
             project = gcp.organizations.get_project_output(
                 project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
@@ -471,6 +492,9 @@ class GkeCluster(pulumi.ComponentResource):
                 location_policy="ANY" if spec.spot else "BALANCED",
             ),
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            # Upgrade one node at a time without a surge node: a surge GPU node needs spare GPU quota, which
+            # GPU projects rarely have, and the upgrade would stall waiting for it.
+            upgrade_settings=gcp.container.NodePoolUpgradeSettingsArgs(max_surge=0, max_unavailable=1),
             node_config=node_config(
                 service_account,
                 pool.machine.name,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pulumi
 import pulumi_gcp as gcp
 
@@ -25,12 +27,18 @@ def member(email: pulumi.Input[str]) -> pulumi.Output[str]:
 
 class NodeServiceAccount(pulumi.ComponentResource):
     """A dedicated service account for GKE nodes with only the node role, instead of the Compute Engine
-    default account (project Editor) that CIS GKE 5.2.1 forbids."""
+    default account (project Editor) that CIS GKE 5.2.1 forbids. `after`: what the account waits for (the
+    IAM API)."""
 
     email: pulumi.Output[str]
 
     def __init__(
-        self, name: str, cluster_name: str, project: str, opts: pulumi.ResourceOptions | None = None
+        self,
+        name: str,
+        cluster_name: str,
+        project: str,
+        after: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-k8s:gcp:NodeServiceAccount", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -39,7 +47,7 @@ class NodeServiceAccount(pulumi.ComponentResource):
             account_id=account_id(cluster_name, "nodes"),
             display_name=f"GKE nodes of {cluster_name}",
             project=project,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)),
         )
         self.bindings = [
             gcp.projects.IAMMember(

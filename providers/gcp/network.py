@@ -3,6 +3,8 @@ nodes reach registries (nvcr.io for the GPU Operator) without public addresses. 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pulumi
 import pulumi_gcp as gcp
 
@@ -13,7 +15,8 @@ SERVICES_RANGE = "services"
 
 
 class Network(pulumi.ComponentResource):
-    """Names the cluster needs: network, subnetwork and the two secondary ranges."""
+    """Names the cluster needs: network, subnetwork and the two secondary ranges. `after`: resources the
+    new VPC waits for (the Compute Engine API)."""
 
     network: pulumi.Output[str]
     subnetwork: pulumi.Output[str]
@@ -26,6 +29,7 @@ class Network(pulumi.ComponentResource):
         cluster_name: str,
         spec: NetworkSpec,
         region: str,
+        after: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-k8s:gcp:Network", name, None, opts)
@@ -45,7 +49,7 @@ class Network(pulumi.ComponentResource):
             auto_create_subnetworks=False,
             routing_mode="REGIONAL",
             description=f"GPU cluster {cluster_name}",
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)),
         )
         subnet = gcp.compute.Subnetwork(
             f"{name}-nodes",
