@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -16,6 +15,7 @@ from components.cluster import GpuCluster, PlatformTraits, platform_issues, reso
 from components.compat import DriverFacts, DriverVersion
 from components.configbase import ConfigError, ConfigIssue, config_path, raise_if_any
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
+from components.kubeconfig import exec_kubeconfig
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class
 from providers.aws import addons
@@ -80,39 +80,24 @@ def eks_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
 
 
 def render_kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
-    """A kubeconfig that authenticates with `aws eks get-token`, so it never holds a credential itself."""
-    return json.dumps(
+    """A kubeconfig that authenticates with `aws eks get-token`."""
+    return exec_kubeconfig(
+        cluster_name,
+        endpoint,
+        ca_data,
         {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {"name": cluster_name, "cluster": {"server": endpoint, "certificate-authority-data": ca_data}}
-            ],
-            "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
-            "current-context": cluster_name,
-            "users": [
-                {
-                    "name": cluster_name,
-                    "user": {
-                        "exec": {
-                            "apiVersion": "client.authentication.k8s.io/v1beta1",
-                            "command": "aws",
-                            "args": [
-                                "eks",
-                                "get-token",
-                                "--cluster-name",
-                                cluster_name,
-                                "--region",
-                                region,
-                                "--output",
-                                "json",
-                            ],
-                        }
-                    },
-                }
+            "command": "aws",
+            "args": [
+                "eks",
+                "get-token",
+                "--cluster-name",
+                cluster_name,
+                "--region",
+                region,
+                "--output",
+                "json",
             ],
         },
-        indent=2,
     )
 
 

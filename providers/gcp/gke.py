@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, 
 from components.compat import DriverFacts
 from components.configbase import ConfigIssue, config_path, raise_if_any
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
+from components.kubeconfig import exec_kubeconfig
 from components.spec import ClusterSpec, GkeSpec, SystemPoolSpec, TaintSpec, pool_child_name
 from components.storage import default_storage_class, default_storage_class_manifest
 from providers.gcp.iam import KMS_ENCRYPTER, NodeServiceAccount, gke_service_agent
@@ -205,34 +205,16 @@ def gke_warnings(pools: Iterable[GpuPool]) -> Iterable[ConfigIssue]:
 
 
 def render_kubeconfig(cluster_name: str, endpoint: str, ca_data: str) -> str:
-    """A kubeconfig that authenticates with `gke-gcloud-auth-plugin`; it never holds a credential itself."""
-    return json.dumps(
+    """A kubeconfig that authenticates with `gke-gcloud-auth-plugin`."""
+    return exec_kubeconfig(
+        cluster_name,
+        f"https://{endpoint}",
+        ca_data,
         {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": cluster_name,
-                    "cluster": {"server": f"https://{endpoint}", "certificate-authority-data": ca_data},
-                }
-            ],
-            "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
-            "current-context": cluster_name,
-            "users": [
-                {
-                    "name": cluster_name,
-                    "user": {
-                        "exec": {
-                            "apiVersion": "client.authentication.k8s.io/v1beta1",
-                            "command": "gke-gcloud-auth-plugin",
-                            "installHint": "gcloud components install gke-gcloud-auth-plugin",
-                            "provideClusterInfo": True,
-                        }
-                    },
-                }
-            ],
+            "command": "gke-gcloud-auth-plugin",
+            "installHint": "gcloud components install gke-gcloud-auth-plugin",
+            "provideClusterInfo": True,
         },
-        indent=2,
     )
 
 

@@ -1,0 +1,30 @@
+"""Kubeconfigs that name a cluster and how to authenticate to it, as JSON text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+def exec_kubeconfig(cluster_name: str, server: str, ca_data: str, exec_config: Mapping[str, Any]) -> str:
+    """A one-cluster kubeconfig whose user runs a credential plugin (`exec_config`), so the file never
+    holds a credential itself and does not change when tokens rotate."""
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": cluster_name, "cluster": {"server": server, "certificate-authority-data": ca_data}}
+            ],
+            "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
+            "current-context": cluster_name,
+            "users": [
+                {
+                    "name": cluster_name,
+                    "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", **exec_config}},
+                }
+            ],
+        },
+        indent=2,
+    )
