@@ -564,7 +564,7 @@ def _pool_issues(index: int, pool: GpuPoolSpec, spec: ClusterSpec, catalog: Cata
         yield ConfigIssue(
             path("zones"),
             list(pool.zones),
-            f"not a {spec.cloud} setting",
+            f"not a setting on {spec.cloud}",
             "remove it; the network decides the zones",
         )
     yield from _zone_issues(("gpuPools", index, "zones"), pool.zones)

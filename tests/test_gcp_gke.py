@@ -521,3 +521,12 @@ def test_gcp_keys_on_aws_are_refused(aws_eks_config):
         "network.zones",
         ("not a network setting on aws",),
     )
+
+
+def test_pool_zones_on_aws_are_refused(aws_eks_config):
+    assert_refused_before_any_resource(
+        aws_eks_config,
+        set_path("gpuPools.0.zones", ["us-east-1a"]),
+        "gpuPools[0].zones",
+        ("not a setting on aws",),
+    )
