@@ -317,7 +317,7 @@ class GkeCluster(pulumi.ComponentResource):
             name=spec.name,
             project=args.project,
             location=location,
-            # A zonal cluster's own zone is implied; listing it again is an API error.
+            # For a zonal cluster the provider's docs say to omit its own zone here.
             node_locations=zones if gke.regional else (zones[1:] or None),
             min_master_version=spec.kubernetes_version,
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=gke.release_channel),
