@@ -28,3 +28,28 @@ def exec_kubeconfig(cluster_name: str, server: str, ca_data: str, exec_config: M
         },
         indent=2,
     )
+
+
+def client_certificate_kubeconfig(
+    cluster_name: str, server: str, ca_data: str, cert_data: str, key_data: str
+) -> str:
+    """A one-cluster kubeconfig that authenticates with a client certificate (base64 PEM fields); it holds
+    a private key, so it must stay a secret."""
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": cluster_name, "cluster": {"server": server, "certificate-authority-data": ca_data}}
+            ],
+            "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
+            "current-context": cluster_name,
+            "users": [
+                {
+                    "name": cluster_name,
+                    "user": {"client-certificate-data": cert_data, "client-key-data": key_data},
+                }
+            ],
+        },
+        indent=2,
+    )

@@ -180,6 +180,23 @@ class GkeSpec(StrictModel):
     gpu_driver_version: Literal["default", "latest"] = "default"
 
 
+# The k3s release the example stacks pin: the stable channel when k3s v1.37.0 came out ("Update stable channel
+# to v1.36.3+k3s1", k3s-io/docs release notes), the newest minor the pinned GPU Operator supports.
+DEFAULT_K3S_VERSION = "v1.36.3+k3s1"
+K3S_VERSION = re.compile(r"^v1\.(\d+)\.(\d+)\+k3s(\d+)$")
+# One server, or three with embedded etcd (etcd needs a majority; two servers tolerate no failure).
+K3S_SERVER_COUNTS = (1, 3)
+
+
+class K3sSpec(StrictModel):
+    """Settings only k3s clusters have."""
+
+    version: str = DEFAULT_K3S_VERSION
+    # Pod Security level enforced outside the exempt namespaces; warnings and audit are always `restricted`.
+    # `baseline` by default: many ML images run as root, which `restricted` refuses.
+    pod_security: Literal["baseline", "restricted"] = "baseline"
+
+
 class ClusterSpec(StrictModel):
     """The whole cluster as the stack file describes it."""
 
@@ -195,6 +212,7 @@ class ClusterSpec(StrictModel):
     gpu_pools: Annotated[tuple[GpuPoolSpec, ...], Field(min_length=1)]
     addon_versions: AddonVersions = AddonVersions()
     gke: GkeSpec = GkeSpec()
+    k3s: K3sSpec = K3sSpec()
     # The newest CUDA release the workloads are built for ("12.8"); checked against each pool's driver.
     cuda: CudaRelease = None
 
@@ -650,13 +668,16 @@ def _semantic_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssu
         )
     if spec.cuda is not None:
         yield from filter(None, [cuda_version_issue(config_path("cuda"), spec.cuda)])
-    if "gke" in spec.model_fields_set and spec.kind != "gke":
-        yield ConfigIssue(
-            config_path("gke"),
-            spec.gke.model_dump(by_alias=True, exclude_unset=True),
-            f"GKE settings only apply to kind gke, not {spec.cloud}/{spec.kind}",
-            "remove the gke section",
-        )
+    for section in ("gke", "k3s"):
+        if section in spec.model_fields_set and spec.kind != section:
+            yield ConfigIssue(
+                config_path(section),
+                getattr(spec, section).model_dump(by_alias=True, exclude_unset=True),
+                f"{section} settings only apply to kind {section}, not {spec.cloud}/{spec.kind}",
+                f"remove the {section} section",
+            )
+    if spec.kind == "k3s":
+        yield from _k3s_issues(spec)
     yield from addon_issues(spec)
     seen: dict[str, int] = {}
     sound_pools: set[int] = set()
@@ -677,6 +698,41 @@ def _semantic_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssu
         mig_pools(spec, catalog, sound_pools),
         lambda index, key: config_path("gpuPools", index, "sharing", key),
     )
+
+
+def _k3s_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
+    version = spec.k3s.version
+    match = K3S_VERSION.match(version)
+    if match is None:
+        yield ConfigIssue(
+            config_path("k3s", "version"),
+            version,
+            "not a k3s release name",
+            f'write it like "{DEFAULT_K3S_VERSION}" (see github.com/k3s-io/k3s/releases)',
+        )
+    elif (minor := f"1.{match.group(1)}") not in SUPPORTED_KUBERNETES_MINORS:
+        yield ConfigIssue(
+            config_path("k3s", "version"),
+            version,
+            f"Kubernetes {minor}; the pinned GPU Operator {GPU_OPERATOR_CHART_VERSION} supports "
+            f"{SUPPORTED_KUBERNETES_MINORS[0]}-{SUPPORTED_KUBERNETES_MINORS[-1]} only",
+            f'use a k3s release of one of those minors, e.g. "{DEFAULT_K3S_VERSION}"',
+        )
+    elif minor != spec.kubernetes_version:
+        yield ConfigIssue(
+            config_path("k3s", "version"),
+            version,
+            f"is Kubernetes {minor} but kubernetesVersion says {spec.kubernetes_version}",
+            f'set kubernetesVersion: "{minor}" or pick a k3s {spec.kubernetes_version} release',
+        )
+    if spec.system_pool.nodes not in K3S_SERVER_COUNTS:
+        yield ConfigIssue(
+            config_path("systemPool", "nodes"),
+            spec.system_pool.nodes,
+            "k3s runs 1 server, or 3 with embedded etcd (an even count tolerates no more failures than one "
+            "server fewer)",
+            "set systemPool.nodes to 1 or 3",
+        )
 
 
 def mig_pools(spec: ClusterSpec, catalog: Catalog, among: Iterable[int] | None = None) -> list[PoolMig]:

@@ -15,6 +15,7 @@ from components.spec import ClusterSpec
 # (cloud, kind) -> "module:function" that builds the whole stack and returns its GpuCluster.
 REGISTRY: dict[tuple[str, str], str] = {
     ("aws", "eks"): "providers.aws.eks:build",
+    ("aws", "k3s"): "providers.aws.k3s:build",
     ("gcp", "gke"): "providers.gcp.gke:build",
 }
 

@@ -154,7 +154,8 @@ def test_a_plan_never_imports_the_other_clouds_sdk(stack, other_cloud_sdk):
                                 "servicesCidr": "10.68.0.0/20",
                                 "zones": ["us-central1-a"],
                             },
-                            systemPool={"instanceType": "e2-standard-4"},
+                            kubernetesVersion="1.36",
+                            systemPool={"instanceType": "e2-standard-4", "nodes": 1},
                             gpuPools=[{"name": "l4", "instanceType": "g2-standard-8", "maxNodes": 2}],
                         ),
                     }

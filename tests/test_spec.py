@@ -13,6 +13,21 @@ from components.spec import load_spec, pool_child_name
 from tests.conftest import Mutation, assert_refused_before_any_resource, delete_key, minimal_cluster, set_path
 from tools.engine import run_program
 
+# A gcp/k3s cluster, which is not built yet.
+GCP_K3S = {
+    "cloud": "gcp",
+    "kind": "k3s",
+    "kubernetesVersion": "1.36",
+    "network": {
+        "cidr": "10.40.0.0/20",
+        "podsCidr": "10.64.0.0/14",
+        "servicesCidr": "10.68.0.0/20",
+        "zones": ["us-central1-a"],
+    },
+    "systemPool": {"instanceType": "e2-standard-4", "nodes": 1},
+    "gpuPools": [{"name": "l4", "instanceType": "g2-standard-8", "maxNodes": 2}],
+}
+
 # (id, mutation, key path the message must name, words the message must contain)
 BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
     (
@@ -149,7 +164,12 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
     ("empty-gpu-pools", set_path("gpuPools", []), "gpu-k8s:cluster.gpuPools", ("at least 1",)),
     ("kind-not-on-cloud", set_path("kind", "gke"), "gpu-k8s:cluster.kind", ("does not exist on aws",)),
     ("unknown-cloud", set_path("cloud", "azure"), "gpu-k8s:cluster.cloud", ("'aws' or 'gcp'",)),
-    ("platform-not-built", set_path("kind", "k3s"), "gpu-k8s:cluster.kind", ("not yet supported", "aws/eks")),
+    (
+        "platform-not-built",
+        lambda cluster: cluster.update(GCP_K3S),
+        "gpu-k8s:cluster.kind",
+        ("not yet supported", "aws/eks"),
+    ),
     (
         "gpu-type-not-on-eks-ami",
         set_path("gpuPools.0.instanceType", "g7.2xlarge"),

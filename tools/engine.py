@@ -28,6 +28,8 @@ from pulumi.runtime import rpc
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
 
+from tools import fake_tls
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROJECT_NAME = "gpu-k8s"
 ACCOUNT = "123456789012"
@@ -48,6 +50,17 @@ def _unwrap_secrets(value: Any) -> Any:
         return {k: _unwrap_secrets(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_unwrap_secrets(v) for v in value]
+    return value
+
+
+def _reveal(value: Any) -> Any:
+    """The plain value behind any secret markers (for the fake providers, which compute with it)."""
+    if rpc.is_rpc_secret(value):
+        return _reveal(rpc.unwrap_rpc_secret(value))
+    if isinstance(value, dict):
+        return {k: _reveal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_reveal(v) for v in value]
     return value
 
 
@@ -94,6 +107,16 @@ class Recording:
         return next(r for r in self.registrations if r.urn == urn)
 
 
+# Providers whose outputs the engine computes for real (keys, certificates, passwords), per type token.
+_FAKE_PROVIDERS = {
+    "tls:index/privateKey:PrivateKey": fake_tls.private_key_outputs,
+    "tls:index/selfSignedCert:SelfSignedCert": fake_tls.self_signed_cert_outputs,
+    "tls:index/certRequest:CertRequest": lambda name, inputs: fake_tls.cert_request_outputs(inputs),
+    "tls:index/locallySignedCert:LocallySignedCert": fake_tls.locally_signed_cert_outputs,
+    "random:index/randomPassword:RandomPassword": fake_tls.random_password_outputs,
+}
+
+
 def _fake_hex(seed: str, length: int) -> str:
     return hashlib.sha256(seed.encode()).hexdigest()[:length]
 
@@ -121,6 +144,14 @@ class RealisticMocks(pulumi_mocks.Mocks):
             group = args.inputs.get("nodeGroupName") or f"{name}-{_fake_hex(name, 7)}"
             outputs["nodeGroupName"] = group
             outputs["resources"] = [{"autoscalingGroups": [{"name": f"eks-{group}-{_fake_hex(group, 8)}"}]}]
+        elif token == "aws:ec2/networkInterface:NetworkInterface":
+            id_ = f"eni-{_fake_hex(name, 17)}"
+            octets = bytes.fromhex(_fake_hex(name, 4))
+            outputs["privateIp"] = f"10.40.{octets[0] % 64}.{octets[1] % 250 + 4}"
+        elif token == "aws:lb/loadBalancer:LoadBalancer":
+            outputs["dnsName"] = f"{name}-{_fake_hex(name, 16)}.elb.{self.region}.amazonaws.com"
+        elif token == "aws:secretsmanager/secret:Secret":
+            arn = f"arn:aws:secretsmanager:{self.region}:{ACCOUNT}:secret:{name}-{_fake_hex(name, 6)}"
         elif token == "aws:ec2/launchTemplate:LaunchTemplate":
             id_ = f"lt-{_fake_hex(name, 17)}"
             outputs["latestVersion"] = 1
@@ -145,6 +176,9 @@ class RealisticMocks(pulumi_mocks.Mocks):
             outputs.setdefault("arn", arn)
         if token.startswith("gcp:"):
             id_ = self._gcp_outputs(token, name, outputs)
+        made = _FAKE_PROVIDERS.get(token)
+        if made is not None:
+            outputs.update(made(name, _reveal(outputs)))
         return id_, outputs
 
     def _gcp_outputs(self, token: str, name: str, outputs: dict) -> str:
@@ -192,6 +226,12 @@ class RealisticMocks(pulumi_mocks.Mocks):
                 "names": [f"{self.region}{c}" for c in letters],
                 "zoneIds": [f"use1-az{i}" for i in range(1, 7)],
                 "id": self.region,
+            }, []
+        if args.token == "aws:ssm/getParameter:getParameter":
+            return {
+                "name": args.args["name"],
+                "value": f"ami-{_fake_hex(args.args['name'], 17)}",
+                "type": "String",
             }, []
         if args.token == "gcp:organizations/getProject:getProject":
             project = args.args.get("projectId") or self.project

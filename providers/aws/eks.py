@@ -13,7 +13,7 @@ from components.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs, clus
 from components.catalog import Catalog, load_catalog
 from components.cluster import GpuCluster, PlatformTraits, platform_issues, resolve_pools
 from components.compat import DriverFacts, DriverVersion
-from components.configbase import ConfigError, ConfigIssue, config_path, raise_if_any
+from components.configbase import ConfigIssue, config_path, raise_if_any
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.kubeconfig import exec_kubeconfig
 from components.spec import ClusterSpec, pool_child_name
@@ -26,6 +26,7 @@ from providers.aws.iam import (
     role_with_policies,
     service_trust_policy,
 )
+from providers.aws.location import region_from_config
 from providers.aws.network import Network
 from providers.aws.nodes import (
     AL2023_NVIDIA_DRIVER_BRANCH,
@@ -233,26 +234,10 @@ class EksCluster(pulumi.ComponentResource):
         )
 
 
-def _region() -> str:
-    region = pulumi.Config("aws").get("region")
-    if not region:
-        raise ConfigError(
-            [
-                ConfigIssue(
-                    "aws:region",
-                    None,
-                    "is not set",
-                    "pulumi config set aws:region us-east-1 (or set it in the stack file)",
-                )
-            ]
-        )
-    return region
-
-
 def build(spec: ClusterSpec) -> GpuCluster:
     """Everything `pulumi up -s aws-eks` creates; validation runs before the first resource."""
     catalog = load_catalog()
-    region = _region()
+    region = region_from_config()
     raise_if_any(eks_issues(spec, catalog), platform_issues(spec, EKS_TRAITS, catalog))
     provider = aws.Provider(
         f"{spec.name}-aws",

@@ -58,8 +58,13 @@ def gpu_ami_type(machine: MachineType) -> str:
     return {"x86_64": "AL2023_x86_64_NVIDIA", "arm64": "AL2023_ARM_64_NVIDIA"}[machine.arch]
 
 
+def cpu_arch(instance_type: str) -> str:
+    """ "arm64" for Graviton instance types, else "x86_64"."""
+    return "arm64" if _GRAVITON_FAMILY.match(instance_type) else "x86_64"
+
+
 def system_ami_type(instance_type: str) -> str:
-    return "AL2023_ARM_64_STANDARD" if _GRAVITON_FAMILY.match(instance_type) else "AL2023_x86_64_STANDARD"
+    return {"arm64": "AL2023_ARM_64_STANDARD", "x86_64": "AL2023_x86_64_STANDARD"}[cpu_arch(instance_type)]
 
 
 def eks_taints(taints: Sequence[TaintSpec]) -> list[aws.eks.NodeGroupTaintArgs]:

@@ -1,0 +1,310 @@
+"""First-boot cloud-config for k3s servers and agents: pure functions of plain values.
+
+Nothing secret is ever in the rendered text. A node reads its secrets (CAs, keys, join tokens) from the
+cloud's secret store with its own instance identity, through a fetch script the cloud provider supplies;
+the payload lists the files to write. The provider also supplies a shell snippet that reads the node's
+facts (provider ID, instance type, zone, region) from the cloud's metadata service.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import quote
+
+import yaml
+
+CONFIG_DIR = "/etc/rancher/k3s"
+DATA_DIR = "/var/lib/rancher/k3s"
+SERVER_DIR = f"{DATA_DIR}/server"
+TLS_DIR = f"{SERVER_DIR}/tls"
+TOKEN_FILE = f"{CONFIG_DIR}/token"
+AGENT_TOKEN_FILE = f"{CONFIG_DIR}/agent-token"
+NODE_CONFIG = f"{CONFIG_DIR}/config.yaml.d/10-node.yaml"
+AUDIT_POLICY_FILE = f"{SERVER_DIR}/audit.yaml"
+AUDIT_LOG_DIR = f"{SERVER_DIR}/logs"
+ADMISSION_CONFIG_FILE = f"{SERVER_DIR}/psa.yaml"
+SYSCTL_FILE = "/etc/sysctl.d/90-kubelet.conf"
+LIB_DIR = "/usr/local/lib/gpu-k8s"
+NODE_FACTS_FILE = f"{LIB_DIR}/node-facts.sh"
+FETCH_FILE = f"{LIB_DIR}/fetch-secret.py"
+BOOTSTRAP_FILE = f"{LIB_DIR}/bootstrap.sh"
+INSTALL_FILE = f"{LIB_DIR}/k3s-install.sh"
+API_PORT = 6443
+# The install script at the release's tag, so the script is pinned with the binary it installs (it then
+# checks the binary against the release's sha256sum file).
+INSTALL_SCRIPT_URL = "https://raw.githubusercontent.com/k3s-io/k3s/{tag}/install.sh"
+
+# What `protect-kernel-defaults` requires the host to have before k3s starts (k3s CIS hardening guide).
+KUBELET_SYSCTLS = {
+    "vm.panic_on_oom": "0",
+    "vm.overcommit_memory": "1",
+    "kernel.panic": "10",
+    "kernel.panic_on_oops": "1",
+}
+# Kubelet settings of the k3s CIS hardening guide ("v1.29 and Newer").
+KUBELET_ARGS = (
+    "streaming-connection-idle-timeout=5m",
+    "tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,"
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,"
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+)
+# Bundled add-ons this toolkit replaces: the cloud's CSI driver is the default storage, and nodes take no
+# host-port load balancers or ingress they were not asked for.
+DISABLED_ADDONS = ("traefik", "servicelb", "local-storage")
+# Joining nodes poll the server this many times, waiting longer each time (about 30 minutes in all).
+JOIN_ATTEMPTS = 60
+
+PodSecurityLevel = Literal["baseline", "restricted"]
+
+
+def install_url(version: str) -> str:
+    return INSTALL_SCRIPT_URL.format(tag=quote(version, safe=""))
+
+
+@dataclass(frozen=True)
+class NodeBootstrap:
+    """What a cloud provider supplies so a node can learn about itself and read its secrets."""
+
+    # Sourced by bash: sets PROVIDER_ID, INSTANCE_TYPE, ZONE and REGION from the metadata service.
+    node_facts_sh: str
+    # Run with python3 and one argument, the secret's name: writes every file of the payload, mode 0600.
+    fetch_secret_py: str
+
+
+@dataclass(frozen=True)
+class ServerNode:
+    """A k3s server: the first one initialises the cluster, the others join it."""
+
+    k3s_version: str
+    # Names the API is reached by from outside (the load balancer): certificate SANs.
+    tls_sans: Sequence[str]
+    secret_name: str
+    # None for the first server; the first server's URL for the others.
+    join_url: str | None
+    # Embedded etcd (three servers); a single server keeps k3s's default datastore.
+    embedded_etcd: bool
+    labels: Mapping[str, str]
+    exempt_namespaces: Sequence[str]
+    pod_security: PodSecurityLevel = "baseline"
+
+
+@dataclass(frozen=True)
+class AgentNode:
+    """A k3s agent of a GPU pool."""
+
+    k3s_version: str
+    server_url: str
+    secret_name: str
+    labels: Mapping[str, str]
+    # "key=value:Effect" strings.
+    taints: Sequence[str] = field(default_factory=tuple)
+
+
+def server_secret_payload(server_token: str, agent_token: str, tls_files: Mapping[str, str]) -> str:
+    """The servers' secret: both join tokens and the cluster CAs, as files to write before k3s starts."""
+    files = {TOKEN_FILE: server_token, AGENT_TOKEN_FILE: agent_token}
+    files.update({f"{TLS_DIR}/{name}": content for name, content in sorted(tls_files.items())})
+    return json.dumps({"files": files}, sort_keys=True)
+
+
+def agent_secret_payload(agent_token: str) -> str:
+    """The agents' secret: the agent join token only (it cannot join a server)."""
+    return json.dumps({"files": {AGENT_TOKEN_FILE: agent_token}})
+
+
+def audit_policy() -> dict[str, Any]:
+    """Who did what, never request or response bodies (Secrets included)."""
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [{"level": "Metadata"}],
+    }
+
+
+def admission_config(level: PodSecurityLevel, exempt_namespaces: Sequence[str]) -> dict[str, Any]:
+    """Pod Security admission for the whole cluster. Namespaces whose pods need host access (kube-system,
+    the GPU Operator's) are exempt; everything else gets `level` and warnings at `restricted`."""
+    return {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AdmissionConfiguration",
+        "plugins": [
+            {
+                "name": "PodSecurity",
+                "configuration": {
+                    "apiVersion": "pod-security.admission.config.k8s.io/v1",
+                    "kind": "PodSecurityConfiguration",
+                    "defaults": {
+                        "enforce": level,
+                        "enforce-version": "latest",
+                        "audit": "restricted",
+                        "audit-version": "latest",
+                        "warn": "restricted",
+                        "warn-version": "latest",
+                    },
+                    "exemptions": {
+                        "usernames": [],
+                        "runtimeClasses": [],
+                        "namespaces": sorted({"kube-system", *exempt_namespaces}),
+                    },
+                },
+            }
+        ],
+    }
+
+
+def server_config(node: ServerNode) -> dict[str, Any]:
+    """/etc/rancher/k3s/config.yaml of a server (node-specific settings come from NODE_CONFIG)."""
+    config: dict[str, Any] = {
+        "token-file": TOKEN_FILE,
+        "agent-token-file": AGENT_TOKEN_FILE,
+        "tls-san": list(node.tls_sans),
+        "secrets-encryption": True,
+        "protect-kernel-defaults": True,
+        "write-kubeconfig-mode": "0600",
+        "disable": list(DISABLED_ADDONS),
+        "kube-apiserver-arg": [
+            f"admission-control-config-file={ADMISSION_CONFIG_FILE}",
+            f"audit-policy-file={AUDIT_POLICY_FILE}",
+            f"audit-log-path={AUDIT_LOG_DIR}/audit.log",
+            "audit-log-maxage=30",
+            "audit-log-maxbackup=10",
+            "audit-log-maxsize=100",
+            "service-account-extend-token-expiration=false",
+        ],
+        "kube-controller-manager-arg": ["terminated-pod-gc-threshold=100"],
+    }
+    if node.join_url is not None:
+        config["server"] = node.join_url
+    elif node.embedded_etcd:
+        config["cluster-init"] = True
+    return config
+
+
+def agent_config(node: AgentNode) -> dict[str, Any]:
+    return {"server": node.server_url, "token-file": AGENT_TOKEN_FILE, "protect-kernel-defaults": True}
+
+
+def _yaml(document: Mapping[str, Any]) -> str:
+    return yaml.safe_dump(dict(document), sort_keys=False, width=1000)
+
+
+def _list_block(key: str, items: Sequence[str]) -> list[str]:
+    return [f"{key}:", *(f'  - "{item}"' for item in items)]
+
+
+def bootstrap_script(
+    role: Literal["server", "agent"],
+    k3s_version: str,
+    secret_name: str,
+    labels: Mapping[str, str],
+    taints: Sequence[str],
+    wait_for: str | None,
+) -> str:
+    """The first-boot script: kernel settings, node facts, secrets, node config, wait, install k3s.
+
+    Label and taint strings are validated by the spec (no shell or YAML metacharacters); they are quoted
+    anyway. The node's facts become k3s settings here because they exist only on the node.
+    """
+    node_lines = [
+        *_list_block("kubelet-arg", ["provider-id=${PROVIDER_ID}", *KUBELET_ARGS]),
+        *_list_block(
+            "node-label",
+            [
+                "node.kubernetes.io/instance-type=${INSTANCE_TYPE}",
+                "topology.kubernetes.io/zone=${ZONE}",
+                "topology.kubernetes.io/region=${REGION}",
+                *(f"{key}={value}" for key, value in sorted(labels.items())),
+            ],
+        ),
+    ]
+    if taints:
+        node_lines += _list_block("node-taint", list(taints))
+    wait = ""
+    if wait_for is not None:
+        wait = f"""
+server={shlex.quote(wait_for)}
+for attempt in $(seq 1 {JOIN_ATTEMPTS}); do
+  if curl -sk --max-time 5 -o /dev/null "$server/cacerts"; then
+    log "server $server answers"
+    break
+  fi
+  if [ "$attempt" -eq {JOIN_ATTEMPTS} ]; then
+    log "server $server did not answer after {JOIN_ATTEMPTS} attempts; giving up"
+    exit 1
+  fi
+  log "waiting for server $server (attempt $attempt of {JOIN_ATTEMPTS})"
+  sleep $((attempt < 6 ? attempt * 5 : 30))
+done
+"""
+    node_config = "\n".join(node_lines)
+    prepare = f"install -d -m 0700 {AUDIT_LOG_DIR}\n" if role == "server" else ""
+    return f"""#!/bin/bash
+# gpu-k8s first boot of a k3s {role}. Progress goes to the serial console; no secret is ever printed.
+set -euo pipefail
+exec > >(tee -a /var/log/gpu-k8s-bootstrap.log > /dev/console) 2>&1
+log() {{ echo "gpu-k8s: $*"; }}
+
+log "applying the kernel settings the kubelet requires"
+sysctl --system > /dev/null
+# shellcheck source=/dev/null
+. {NODE_FACTS_FILE}
+log "node $PROVIDER_ID ($INSTANCE_TYPE in $ZONE)"
+log "reading bootstrap secrets from {secret_name}"
+python3 {FETCH_FILE} {shlex.quote(secret_name)}
+{prepare}mkdir -p "$(dirname {NODE_CONFIG})"
+cat > {NODE_CONFIG} <<NODE_CONFIG
+{node_config}
+NODE_CONFIG
+{wait}
+log "installing k3s {k3s_version}"
+curl -sfL --retry 10 --retry-connrefused -o {INSTALL_FILE} {shlex.quote(install_url(k3s_version))}
+INSTALL_K3S_VERSION={shlex.quote(k3s_version)} INSTALL_K3S_EXEC={role} sh {INSTALL_FILE}
+log "k3s {role} started"
+"""
+
+
+def _cloud_config(files: Sequence[Mapping[str, Any]]) -> str:
+    document = {"write_files": list(files), "runcmd": [[BOOTSTRAP_FILE]]}
+    return "#cloud-config\n" + _yaml(document)
+
+
+def _file(path: str, content: str, permissions: str = "0600") -> dict[str, Any]:
+    return {"path": path, "content": content, "owner": "root:root", "permissions": permissions}
+
+
+def _common_files(bootstrap: NodeBootstrap, script: str) -> list[dict[str, Any]]:
+    sysctls = "".join(f"{key}={value}\n" for key, value in KUBELET_SYSCTLS.items())
+    return [
+        _file(SYSCTL_FILE, sysctls, "0644"),
+        _file(NODE_FACTS_FILE, bootstrap.node_facts_sh, "0700"),
+        _file(FETCH_FILE, bootstrap.fetch_secret_py, "0700"),
+        _file(BOOTSTRAP_FILE, script, "0700"),
+    ]
+
+
+def server_cloud_config(node: ServerNode, bootstrap: NodeBootstrap) -> str:
+    """User data of a k3s server."""
+    script = bootstrap_script("server", node.k3s_version, node.secret_name, node.labels, (), node.join_url)
+    return _cloud_config(
+        [
+            *_common_files(bootstrap, script),
+            _file(f"{CONFIG_DIR}/config.yaml", _yaml(server_config(node))),
+            _file(AUDIT_POLICY_FILE, _yaml(audit_policy())),
+            _file(ADMISSION_CONFIG_FILE, _yaml(admission_config(node.pod_security, node.exempt_namespaces))),
+        ]
+    )
+
+
+def agent_cloud_config(node: AgentNode, bootstrap: NodeBootstrap) -> str:
+    """User data of a k3s agent in a GPU pool."""
+    script = bootstrap_script(
+        "agent", node.k3s_version, node.secret_name, node.labels, node.taints, node.server_url
+    )
+    return _cloud_config(
+        [*_common_files(bootstrap, script), _file(f"{CONFIG_DIR}/config.yaml", _yaml(agent_config(node)))]
+    )

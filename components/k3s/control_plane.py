@@ -1,0 +1,79 @@
+"""The k3s control plane as the program sees it: PKI, join secrets and the admin kubeconfig, for any cloud."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pulumi
+import pulumi_random as random
+import pulumi_tls as tls
+
+from components.cluster import PlatformTraits
+from components.compat import DriverFacts, operator_driver
+from components.k3s.cloudinit import API_PORT, agent_secret_payload, server_secret_payload
+from components.k3s.pki import K3sPki
+from components.kubeconfig import client_certificate_kubeconfig
+from components.spec import ClusterSpec
+
+CONTAINERD_SOCKET = "/run/k3s/containerd/containerd.sock"
+
+
+def k3s_traits(spec: ClusterSpec, accelerator_label: str) -> PlatformTraits:
+    """GPUs on k3s over a plain Ubuntu image: the GPU Operator installs driver and toolkit, and talks to
+    k3s's own containerd (REFERENCE.md 2c)."""
+    return PlatformTraits(
+        driver=DriverFacts(owner="gpu-operator", version=operator_driver(spec)),
+        toolkit_preinstalled=False,
+        accelerator_label=accelerator_label,
+        containerd_socket=CONTAINERD_SOCKET,
+    )
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+class K3sControlPlane(pulumi.ComponentResource):
+    """Owns the cluster's CAs and tokens and derives what the cloud needs from them: the servers' and the
+    agents' bootstrap secrets (to store in the cloud's secret store) and the admin kubeconfig."""
+
+    server_secret: pulumi.Output[str]
+    agent_secret: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        cluster_name: str,
+        api_host: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("gpu-k8s:k3s:ControlPlane", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        # The stack disables default providers; keys and passwords are made locally, no credentials needed.
+        local = [tls.Provider(f"{name}-tls", opts=child), random.Provider(f"{name}-random", opts=child)]
+        identity = K3sPki(
+            f"{name}-pki", cluster_name, opts=pulumi.ResourceOptions(parent=self, providers=local)
+        ).identity
+        self.server_secret = pulumi.Output.secret(
+            pulumi.Output.all(identity.server_token, identity.agent_token, identity.server_tls_files).apply(
+                lambda parts: server_secret_payload(parts[0], parts[1], json.loads(parts[2]))
+            )
+        )
+        self.agent_secret = pulumi.Output.secret(identity.agent_token.apply(agent_secret_payload))
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(
+                api_host, identity.server_ca_bundle, identity.admin_cert_pem, identity.admin_key_pem
+            ).apply(
+                lambda parts: client_certificate_kubeconfig(
+                    cluster_name,
+                    f"https://{parts[0]}:{API_PORT}",
+                    _b64(parts[1]),
+                    _b64(parts[2]),
+                    _b64(parts[3]),
+                )
+            )
+        )
+        self.root_cert_pem = identity.root_cert_pem
+        self.register_outputs({"rootCertPem": self.root_cert_pem})

@@ -1,0 +1,536 @@
+"""k3s on EC2 GPU VMs: `build` is what `pulumi up -s aws-k3s` runs.
+
+Servers are plain EC2 instances (1, or 3 with embedded etcd) behind a network load balancer; each GPU pool
+is an Auto Scaling group the cluster-autoscaler scales from zero. No SSH anywhere: nodes read their
+bootstrap secrets from Secrets Manager with their instance role, and shell access, when needed, goes
+through SSM Session Manager.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.autoscaler import (
+    SYSTEM_POOL_NAME,
+    ClusterAutoscaler,
+    ClusterAutoscalerArgs,
+    cluster_scale_down_unneeded_time,
+    node_template,
+)
+from components.catalog import load_catalog
+from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
+from components.configbase import raise_if_any
+from components.gpu_operator import OPERATOR_NAMESPACE, GpuOperator, GpuOperatorArgs
+from components.helm import helm_release
+from components.k3s.cloudinit import API_PORT, AgentNode, ServerNode, agent_cloud_config, server_cloud_config
+from components.k3s.control_plane import K3sControlPlane, k3s_traits
+from components.spec import ClusterSpec, pool_child_name
+from components.storage import default_storage_class
+from providers.aws import addons
+from providers.aws.autoscaling import autoscaler_cloud_values, scale_from_zero_tags
+from providers.aws.iam import (
+    MANAGED,
+    cluster_autoscaler_policy,
+    role_with_policies,
+    service_trust_policy,
+)
+from providers.aws.k3s_bootstrap import aws_node_bootstrap, read_secrets_policy
+from providers.aws.location import region_from_config
+from providers.aws.network import Network
+from providers.aws.nodes import cpu_arch
+
+ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
+CAPACITY_LABEL = "gpu-k8s.io/capacity-type"
+# Canonical's public SSM parameters for the current Ubuntu 24.04 LTS server AMI (parameter scheme from
+# Canonical's "Finding Ubuntu images with the AWS SSM Parameter Store"; the ebs-gp3 volume type of 24.04
+# images is recalled, UNCONFIRMED). Launch templates resolve it at every launch, so new nodes get patches.
+UBUNTU_AMI_PARAMETER = "/aws/service/canonical/ubuntu/server/24.04/stable/current/{arch}/hvm/ebs-gp3/ami-id"
+UBUNTU_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
+UBUNTU_ROOT_DEVICE = "/dev/sda1"
+# Session Manager instead of SSH; the EBS CSI driver uses the instance role (no EKS Pod Identity here),
+# limited by policy V2 to volumes tagged for the driver.
+NODE_POLICIES = (
+    f"{MANAGED}AmazonSSMManagedInstanceCore",
+    f"{MANAGED}service-role/AmazonEBSCSIDriverPolicyV2",
+)
+EBS_CSI_CHART = "aws-ebs-csi-driver"
+EBS_CSI_CHART_VERSION = "2.64.0"
+EBS_CSI_REPO = "https://kubernetes-sigs.github.io/aws-ebs-csi-driver"
+NTH_CHART = "aws-node-termination-handler"
+NTH_CHART_VERSION = "0.27.6"
+NTH_REPO = "https://aws.github.io/eks-charts"
+FLANNEL_VXLAN_PORT = 8472
+KUBELET_PORT = 10250
+ETCD_PORTS = (2379, 2380)
+AUTO_DISCOVERY_TAG = "k8s.io/cluster-autoscaler/enabled"
+SERVER_DISK_GIB_MIN = 50
+
+
+def aws_k3s_traits(spec: ClusterSpec) -> PlatformTraits:
+    return k3s_traits(spec, ACCELERATOR_LABEL)
+
+
+def ubuntu_ami(arch: str) -> str:
+    return "resolve:ssm:" + UBUNTU_AMI_PARAMETER.format(arch=UBUNTU_ARCH[arch])
+
+
+def agent_labels(pool: GpuPool) -> dict[str, str]:
+    """The pool's node labels plus its capacity type, which the termination handler selects spot nodes by."""
+    return {**pool.node_labels, CAPACITY_LABEL: "spot" if pool.spec.spot else "on-demand"}
+
+
+def agent_taints(pool: GpuPool) -> list[str]:
+    return [f"{t.key}={t.value}:{t.effect}" for t in pool.taints]
+
+
+def asg_tags(cluster_name: str, pool: GpuPool, cluster_unneeded_time: str) -> dict[str, str]:
+    """Auto-discovery tags (the autoscaler's policy may write only to groups tagged `owned`) and the pool's
+    scale-from-zero template."""
+    template = dataclasses.replace(node_template(pool, cluster_unneeded_time), labels=agent_labels(pool))
+    return {
+        AUTO_DISCOVERY_TAG: "true",
+        f"k8s.io/cluster-autoscaler/{cluster_name}": "owned",
+        **scale_from_zero_tags(template),
+    }
+
+
+def ebs_csi_values(region: str) -> dict[str, object]:
+    """The controller runs on the servers and knows its region without asking instance metadata."""
+    return {"controller": {"region": region, "nodeSelector": {POOL_LABEL: SYSTEM_POOL_NAME}}}
+
+
+def termination_handler_values() -> dict[str, object]:
+    """IMDS mode on spot GPU nodes only: cordon and drain when EC2 announces an interruption."""
+    return {"daemonsetNodeSelector": {CAPACITY_LABEL: "spot"}, "enableSpotInterruptionDraining": True}
+
+
+@dataclass(frozen=True)
+class SecurityGroups:
+    nodes: aws.ec2.SecurityGroup
+    servers: aws.ec2.SecurityGroup
+    api: aws.ec2.SecurityGroup
+
+
+def _ingress(
+    name: str,
+    group: aws.ec2.SecurityGroup,
+    port: int | tuple[int, int],
+    protocol: str,
+    parent: pulumi.Resource,
+    source: aws.ec2.SecurityGroup | None = None,
+    cidr: str | None = None,
+    description: str = "",
+) -> aws.vpc.SecurityGroupIngressRule:
+    low, high = port if isinstance(port, tuple) else (port, port)
+    return aws.vpc.SecurityGroupIngressRule(
+        name,
+        security_group_id=group.id,
+        ip_protocol=protocol,
+        from_port=low,
+        to_port=high,
+        referenced_security_group_id=source.id if source is not None else None,
+        cidr_ipv4=cidr,
+        description=description,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
+def _egress_anywhere(name: str, group: aws.ec2.SecurityGroup, parent: pulumi.Resource) -> None:
+    """Nodes reach registries, AWS APIs and the NAT gateway; nothing is allowed in this way."""
+    aws.vpc.SecurityGroupEgressRule(
+        name,
+        security_group_id=group.id,
+        ip_protocol="-1",
+        cidr_ipv4="0.0.0.0/0",
+        description="outbound to registries and AWS APIs",
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
+@dataclass(frozen=True)
+class Server:
+    interface: aws.ec2.NetworkInterface
+    instance: aws.ec2.Instance
+
+
+@dataclass(frozen=True)
+class AwsK3sClusterArgs:
+    spec: ClusterSpec
+    region: str
+    traits: PlatformTraits
+    pools: tuple[GpuPool, ...]
+
+
+class AwsK3sCluster(pulumi.ComponentResource):
+    """The network, security groups, secrets, identities, servers, load balancer and GPU node groups of a
+    k3s cluster on EC2, and its storage, termination handling and autoscaling add-ons."""
+
+    handle: GpuCluster
+
+    def __init__(self, name: str, args: AwsK3sClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-k8s:aws:K3sCluster", name, None, opts)
+        spec, child = args.spec, pulumi.ResourceOptions(parent=self)
+        network = Network(f"{name}-network", spec.name, spec.network, opts=child)
+        groups = self._security_groups(name, spec, network.vpc_id)
+
+        load_balancer = aws.lb.LoadBalancer(
+            f"{name}-api",
+            load_balancer_type="network",
+            internal=False,
+            subnets=network.public_subnet_ids,
+            security_groups=[groups.api.id],
+            tags={"Name": f"{spec.name}-api"},
+            opts=child,
+        )
+        api_host = load_balancer.dns_name
+        control_plane = K3sControlPlane(f"{name}-control-plane", spec.name, api_host, opts=child)
+        server_secret = self._secret(name, "servers", control_plane.server_secret)
+        agent_secret = self._secret(name, "agents", control_plane.agent_secret)
+
+        server_role = role_with_policies(
+            f"{name}-server",
+            service_trust_policy("ec2.amazonaws.com"),
+            NODE_POLICIES,
+            parent=self,
+            inline_policy=cluster_autoscaler_policy(spec.name),
+        )
+        self._reads_secrets(f"{name}-server", server_role, [server_secret, agent_secret])
+        agent_role = role_with_policies(
+            f"{name}-agent", service_trust_policy("ec2.amazonaws.com"), NODE_POLICIES, parent=self
+        )
+        self._reads_secrets(f"{name}-agent", agent_role, [agent_secret])
+
+        servers = self._servers(name, spec, network, groups, server_role, server_secret, api_host)
+        first_server_url = pulumi.Output.format("https://{0}:{1}", servers[0].interface.private_ip, API_PORT)
+        target_group = aws.lb.TargetGroup(
+            f"{name}-api-targets",
+            port=API_PORT,
+            protocol="TCP",
+            target_type="ip",
+            vpc_id=network.vpc_id,
+            health_check=aws.lb.TargetGroupHealthCheckArgs(protocol="TCP", port=str(API_PORT)),
+            opts=child,
+        )
+        listener = aws.lb.Listener(
+            f"{name}-api-listener",
+            load_balancer_arn=load_balancer.arn,
+            port=API_PORT,
+            protocol="TCP",
+            default_actions=[
+                aws.lb.ListenerDefaultActionArgs(type="forward", target_group_arn=target_group.arn)
+            ],
+            opts=child,
+        )
+        targets = [
+            aws.lb.TargetGroupAttachment(
+                f"{name}-api-target-{index}",
+                target_group_arn=target_group.arn,
+                target_id=server.interface.private_ip,
+                port=API_PORT,
+                opts=child,
+            )
+            for index, server in enumerate(servers)
+        ]
+
+        agent_profile = aws.iam.InstanceProfile(f"{name}-agent-profile", role=agent_role.name, opts=child)
+        unneeded = cluster_scale_down_unneeded_time(args.pools)
+        for pool in args.pools:
+            self._gpu_pool(
+                pool_child_name(name, pool.spec.name),
+                spec,
+                pool,
+                network,
+                groups,
+                agent_profile,
+                agent_secret,
+                first_server_url,
+                unneeded,
+            )
+
+        k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=control_plane.kubeconfig, opts=child)
+        system_ready: list[pulumi.Resource] = [*(server.instance for server in servers), listener, *targets]
+        ebs_csi = helm_release(
+            f"{name}-ebs-csi",
+            chart=EBS_CSI_CHART,
+            version=EBS_CSI_CHART_VERSION,
+            repository=EBS_CSI_REPO,
+            namespace="kube-system",
+            values=ebs_csi_values(args.region),
+            parent=self,
+            provider=k8s_provider,
+            depends_on=system_ready,
+        )
+        default_storage_class(
+            name, addons.default_storage_class_manifest(), k8s_provider, self, [ebs_csi, *system_ready]
+        )
+        if any(pool.spec.spot for pool in args.pools):
+            helm_release(
+                f"{name}-termination-handler",
+                chart=NTH_CHART,
+                version=NTH_CHART_VERSION,
+                repository=NTH_REPO,
+                namespace="kube-system",
+                values=termination_handler_values(),
+                parent=self,
+                provider=k8s_provider,
+                depends_on=system_ready,
+            )
+        self.handle = GpuCluster(
+            name=spec.name,
+            kubernetes_version=spec.kubernetes_version,
+            kubeconfig=control_plane.kubeconfig,
+            k8s_provider=k8s_provider,
+            pools=args.pools,
+            traits=args.traits,
+            system_ready=system_ready,
+        )
+        self.register_outputs({"apiEndpoint": api_host, "kubeconfig": control_plane.kubeconfig})
+
+    def _security_groups(self, name: str, spec: ClusterSpec, vpc_id: pulumi.Input[str]) -> SecurityGroups:
+        """Exactly the k3s ports, between the cluster's own nodes; the API also from the admin CIDRs,
+        through the load balancer. Nothing is open to the internet."""
+        child = pulumi.ResourceOptions(parent=self)
+        nodes, servers, api = (
+            aws.ec2.SecurityGroup(
+                f"{name}-{role}-sg",
+                vpc_id=vpc_id,
+                description=f"k3s {role} of {spec.name}",
+                tags={"Name": f"{spec.name}-{role}"},
+                opts=child,
+            )
+            for role in ("nodes", "servers", "api")
+        )
+        _ingress(f"{name}-vxlan", nodes, FLANNEL_VXLAN_PORT, "udp", self, nodes, description="flannel VXLAN")
+        _ingress(f"{name}-kubelet", nodes, KUBELET_PORT, "tcp", self, nodes, description="kubelet")
+        _ingress(f"{name}-api-nodes", servers, API_PORT, "tcp", self, nodes, description="API from nodes")
+        _ingress(f"{name}-api-lb", servers, API_PORT, "tcp", self, api, description="API via load balancer")
+        if spec.system_pool.nodes > 1:
+            _ingress(f"{name}-etcd", servers, ETCD_PORTS, "tcp", self, servers, description="embedded etcd")
+        for index, cidr in enumerate(spec.api_access_cidrs):
+            _ingress(f"{name}-api-admin-{index}", api, API_PORT, "tcp", self, cidr=cidr, description="admins")
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-api-to-servers",
+            security_group_id=api.id,
+            ip_protocol="tcp",
+            from_port=API_PORT,
+            to_port=API_PORT,
+            referenced_security_group_id=servers.id,
+            description="forward to the servers",
+            opts=child,
+        )
+        _egress_anywhere(f"{name}-nodes-egress", nodes, self)
+        _egress_anywhere(f"{name}-servers-egress", servers, self)
+        return SecurityGroups(nodes=nodes, servers=servers, api=api)
+
+    def _secret(self, name: str, audience: str, payload: pulumi.Output[str]) -> aws.secretsmanager.Secret:
+        child = pulumi.ResourceOptions(parent=self)
+        secret = aws.secretsmanager.Secret(
+            f"{name}-{audience}-bootstrap",
+            description=f"k3s bootstrap files for the {audience} of cluster {name}",
+            # Deleted at once on destroy, so the stack can be recreated under the same names.
+            recovery_window_in_days=0,
+            opts=child,
+        )
+        aws.secretsmanager.SecretVersion(
+            f"{name}-{audience}-bootstrap-value", secret_id=secret.id, secret_string=payload, opts=child
+        )
+        return secret
+
+    def _reads_secrets(
+        self, name: str, role: aws.iam.Role, secrets: list[aws.secretsmanager.Secret]
+    ) -> aws.iam.RolePolicy:
+        return aws.iam.RolePolicy(
+            f"{name}-read-secrets",
+            role=role.id,
+            policy=pulumi.Output.all(*(s.arn for s in secrets)).apply(
+                lambda arns: json.dumps(read_secrets_policy(list(arns)))
+            ),
+            opts=pulumi.ResourceOptions(parent=role),
+        )
+
+    def _servers(
+        self,
+        name: str,
+        spec: ClusterSpec,
+        network: Network,
+        groups: SecurityGroups,
+        role: aws.iam.Role,
+        secret: aws.secretsmanager.Secret,
+        api_host: pulumi.Output[str],
+    ) -> list[Server]:
+        """The servers, each behind a network interface of its own: its address outlives the instance, so
+        agents and the load balancer keep pointing at it when a server is replaced."""
+        child = pulumi.ResourceOptions(parent=self)
+        profile = aws.iam.InstanceProfile(f"{name}-server-profile", role=role.name, opts=child)
+        ami = aws.ssm.get_parameter_output(
+            name=UBUNTU_AMI_PARAMETER.format(arch=UBUNTU_ARCH[cpu_arch(spec.system_pool.instance_type)]),
+            opts=pulumi.InvokeOutputOptions(parent=self),
+        ).value
+        servers: list[Server] = []
+        subnets = network.private_subnet_ids
+        for index in range(spec.system_pool.nodes):
+            interface = aws.ec2.NetworkInterface(
+                f"{name}-server-{index}-eni",
+                subnet_id=subnets[index % len(subnets)],
+                security_groups=[groups.nodes.id, groups.servers.id],
+                tags={"Name": f"{spec.name}-server-{index}"},
+                opts=child,
+            )
+            join_url = (
+                None
+                if index == 0
+                else pulumi.Output.format("https://{0}:{1}", servers[0].interface.private_ip, API_PORT)
+            )
+            user_data = pulumi.Output.all(api_host, secret.arn, join_url).apply(
+                lambda parts: server_cloud_config(
+                    ServerNode(
+                        k3s_version=spec.k3s.version,
+                        tls_sans=[parts[0]],
+                        secret_name=parts[1],
+                        join_url=parts[2],
+                        embedded_etcd=spec.system_pool.nodes > 1,
+                        labels={POOL_LABEL: SYSTEM_POOL_NAME},
+                        exempt_namespaces=[OPERATOR_NAMESPACE],
+                        pod_security=spec.k3s.pod_security,
+                    ),
+                    aws_node_bootstrap(),
+                )
+            )
+            instance = aws.ec2.Instance(
+                f"{name}-server-{index}",
+                ami=ami,
+                instance_type=spec.system_pool.instance_type,
+                iam_instance_profile=profile.name,
+                network_interfaces=[
+                    aws.ec2.InstanceNetworkInterfaceArgs(network_interface_id=interface.id, device_index=0)
+                ],
+                metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
+                    http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
+                ),
+                root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
+                    volume_size=max(spec.system_pool.disk_size_gib, SERVER_DISK_GIB_MIN),
+                    volume_type="gp3",
+                    encrypted=True,
+                ),
+                user_data=user_data,
+                tags={"Name": f"{spec.name}-server-{index}"},
+                # A new Ubuntu release must not replace a running server; new servers take the current one.
+                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["ami"]),
+            )
+            servers.append(Server(interface, instance))
+        return servers
+
+    def _gpu_pool(
+        self,
+        name: str,
+        spec: ClusterSpec,
+        pool: GpuPool,
+        network: Network,
+        groups: SecurityGroups,
+        profile: aws.iam.InstanceProfile,
+        secret: aws.secretsmanager.Secret,
+        server_url: pulumi.Output[str],
+        cluster_unneeded_time: str,
+    ) -> aws.autoscaling.Group:
+        """A launch template and an Auto Scaling group from zero to maxNodes for one GPU pool."""
+        child = pulumi.ResourceOptions(parent=self)
+        user_data = pulumi.Output.all(server_url, secret.arn).apply(
+            lambda parts: base64.b64encode(
+                agent_cloud_config(
+                    AgentNode(
+                        k3s_version=spec.k3s.version,
+                        server_url=parts[0],
+                        secret_name=parts[1],
+                        labels=agent_labels(pool),
+                        taints=agent_taints(pool),
+                    ),
+                    aws_node_bootstrap(),
+                ).encode()
+            ).decode()
+        )
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            image_id=ubuntu_ami(pool.machine.arch),
+            instance_type=pool.machine.name,
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
+            vpc_security_group_ids=[groups.nodes.id],
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name=UBUNTU_ROOT_DEVICE,
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=pool.spec.disk_size_gib,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            # IMDSv2 only; hop limit 2 so pods without host networking (the EBS CSI controller) reach it.
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
+            ),
+            instance_market_options=(
+                aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="spot")
+                if pool.spec.spot
+                else None
+            ),
+            user_data=user_data,
+            update_default_version=True,
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(
+                    resource_type="instance", tags={"Name": f"{spec.name}-gpu-{pool.spec.name}"}
+                )
+            ],
+            opts=child,
+        )
+        return aws.autoscaling.Group(
+            f"{name}-asg",
+            min_size=pool.spec.min_nodes,
+            max_size=pool.spec.max_nodes,
+            vpc_zone_identifiers=network.private_subnet_ids,
+            launch_template=aws.autoscaling.GroupLaunchTemplateArgs(id=template.id, version="$Latest"),
+            # Spot: replace a node at risk of interruption before it is taken.
+            capacity_rebalance=pool.spec.spot,
+            tags=[
+                aws.autoscaling.GroupTagArgs(key=key, value=value, propagate_at_launch=False)
+                for key, value in sorted(asg_tags(spec.name, pool, cluster_unneeded_time).items())
+            ],
+            # The autoscaler owns the size.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["desiredCapacity"]),
+        )
+
+
+def build(spec: ClusterSpec) -> GpuCluster:
+    """Everything `pulumi up -s aws-k3s` creates; validation runs before the first resource."""
+    catalog = load_catalog()
+    region = region_from_config()
+    traits = aws_k3s_traits(spec)
+    raise_if_any(platform_issues(spec, traits, catalog))
+    pools = resolve_pools(spec, catalog, traits.accelerator_label)
+    provider = aws.Provider(
+        f"{spec.name}-aws",
+        region=region,
+        default_tags=aws.ProviderDefaultTagsArgs(tags={"gpu-k8s.io/cluster": spec.name}),
+    )
+    cluster = AwsK3sCluster(
+        spec.name,
+        AwsK3sClusterArgs(spec, region, traits, pools),
+        opts=pulumi.ResourceOptions(providers=[provider]),
+    ).handle
+    GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator))
+    ClusterAutoscaler(
+        f"{spec.name}-autoscaler",
+        ClusterAutoscalerArgs(
+            cluster=cluster,
+            chart_version=spec.addon_versions.cluster_autoscaler,
+            cloud_values=autoscaler_cloud_values(spec.name, region),
+        ),
+    )
+    return cluster
