@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -148,3 +150,11 @@ def upstream(relative_path: str) -> Path:
 
 def upstream_yaml(relative_path: str) -> Any:
     return yaml.safe_load(upstream(relative_path).read_text())
+
+
+def venv_tool(name: str) -> str:
+    """A linter installed by a dev dependency: beside this interpreter even when the venv is not activated."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.is_file() else shutil.which(name)
+    assert found, f"{name} is not installed; run `make test` (it installs the dev dependencies)"
+    return found

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +32,7 @@ from components.spec import (
     SUPPORTED_KUBERNETES_MINORS,
 )
 from providers.aws.addons import default_storage_class_manifest
-from tests.conftest import upstream, upstream_yaml
+from tests.conftest import upstream, upstream_yaml, venv_tool
 from tools.engine import PROJECT_ROOT
 
 # Maps whose keys are free-form in the chart (empty or example-only defaults).
@@ -289,14 +287,6 @@ def test_identity_policy_linting_catches_a_bad_action():
 def test_managed_policy_arns_are_well_formed(aws_eks):
     for attachment in aws_eks.by_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment"):
         assert attachment.inputs["policyArn"].startswith("arn:aws:iam::aws:policy/")
-
-
-def venv_tool(name: str) -> str:
-    """A linter installed by a dev dependency: beside this interpreter even when the venv is not activated."""
-    beside = Path(sys.executable).parent / name
-    found = str(beside) if beside.is_file() else shutil.which(name)
-    assert found, f"{name} is not installed; run `make test` (it installs the dev dependencies)"
-    return found
 
 
 def test_ci_script_passes_shellcheck():

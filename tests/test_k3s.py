@@ -1,0 +1,259 @@
+"""The cloud-agnostic k3s core: tokens, secret payloads, and the rendered cloud-config checked against
+cloud-init's schema, shellcheck and golden files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from components.k3s import cloudinit, pki
+from components.k3s.cloudinit import AgentNode, NodeBootstrap, ServerNode
+from providers.aws.k3s_bootstrap import aws_node_bootstrap
+from tests.conftest import upstream, venv_tool
+from tools import fake_tls
+
+GOLDEN = Path(__file__).parent / "golden"
+CLOUD_INIT_SCHEMA = "cloud-init/26.2/schema-cloud-config-v1.json"
+# EC2 user data limit, before base64 (EC2 user guide; REFERENCE.md 13).
+EC2_USER_DATA_LIMIT = 16 * 1024
+
+SERVER = ServerNode(
+    k3s_version="v1.36.3+k3s1",
+    tls_sans=["ml-api-0123456789abcdef.elb.us-east-1.amazonaws.com"],
+    secret_name="arn:aws:secretsmanager:us-east-1:123456789012:secret:ml-servers-bootstrap-abc123",
+    join_url=None,
+    embedded_etcd=True,
+    labels={"gpu-k8s.io/pool": "system"},
+    exempt_namespaces=["gpu-operator"],
+)
+JOINING_SERVER = ServerNode(**{**SERVER.__dict__, "join_url": "https://10.40.3.17:6443"})
+AGENT = AgentNode(
+    k3s_version="v1.36.3+k3s1",
+    server_url="https://10.40.3.17:6443",
+    secret_name="arn:aws:secretsmanager:us-east-1:123456789012:secret:ml-agents-bootstrap-def456",
+    labels={
+        "gpu-k8s.io/pool": "l4",
+        "nvidia.com/device-plugin.config": "l4",
+        "k8s.amazonaws.com/accelerator": "nvidia-l4",
+    },
+    taints=["nvidia.com/gpu=true:NoSchedule"],
+)
+RENDERED = {
+    "aws-server.yaml": lambda: cloudinit.server_cloud_config(SERVER, aws_node_bootstrap()),
+    "aws-joining-server.yaml": lambda: cloudinit.server_cloud_config(JOINING_SERVER, aws_node_bootstrap()),
+    "aws-agent.yaml": lambda: cloudinit.agent_cloud_config(AGENT, aws_node_bootstrap()),
+}
+
+
+def files_of(user_data: str) -> dict[str, str]:
+    return {entry["path"]: entry["content"] for entry in yaml.safe_load(user_data)["write_files"]}
+
+
+@pytest.fixture(scope="module")
+def cloud_config_validator():
+    schema = json.loads(upstream(CLOUD_INIT_SCHEMA).read_text())
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+@pytest.mark.parametrize("golden", sorted(RENDERED))
+def test_rendered_user_data_matches_its_golden_file(golden):
+    """Golden files show reviewers the exact first-boot configuration (GPU_K8S_UPDATE_GOLDEN=1 rewrites them)."""
+    rendered = RENDERED[golden]()
+    path = GOLDEN / golden
+    if os.environ.get("GPU_K8S_UPDATE_GOLDEN") == "1":
+        path.write_text(rendered)
+    assert rendered == path.read_text(), (
+        f"{path} is out of date; rerun with GPU_K8S_UPDATE_GOLDEN=1 and review"
+    )
+
+
+@pytest.mark.parametrize("golden", sorted(RENDERED))
+def test_user_data_is_valid_cloud_config_within_the_ec2_limit(golden, cloud_config_validator):
+    rendered = RENDERED[golden]()
+    assert rendered.startswith("#cloud-config\n")
+    errors = [error.message for error in cloud_config_validator.iter_errors(yaml.safe_load(rendered))]
+    assert errors == []
+    assert len(rendered.encode()) < EC2_USER_DATA_LIMIT
+
+
+def test_the_schema_check_catches_a_misspelt_key(cloud_config_validator):
+    broken = yaml.safe_load(RENDERED["aws-agent.yaml"]())
+    broken["write_files"][0]["permisions"] = broken["write_files"][0].pop("permissions")
+    assert list(cloud_config_validator.iter_errors(broken))
+
+
+@pytest.mark.parametrize("golden", sorted(RENDERED))
+def test_every_shell_script_passes_shellcheck(golden, tmp_path: Path):
+    files = files_of(RENDERED[golden]())
+    for path in (cloudinit.BOOTSTRAP_FILE, cloudinit.NODE_FACTS_FILE):
+        script = tmp_path / Path(path).name
+        script.write_text(files[path])
+        result = subprocess.run(
+            [venv_tool("shellcheck"), "--shell=bash", "--severity=style", str(script)],
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, result.stdout
+
+
+def test_shellcheck_still_catches_an_unquoted_expansion(tmp_path: Path):
+    script = tmp_path / "bad.sh"
+    script.write_text("#!/bin/bash\nfile=$1\nrm $file\n")
+    result = subprocess.run([venv_tool("shellcheck"), str(script)], capture_output=True, text=True)
+    assert "SC2086" in result.stdout
+
+
+def test_agents_set_their_provider_id_real_instance_type_zone_labels_and_taints():
+    script = files_of(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
+    node_config = script.split("<<NODE_CONFIG\n", 1)[1].split("\nNODE_CONFIG\n", 1)[0]
+    config = yaml.safe_load(node_config)
+    assert "provider-id=${PROVIDER_ID}" in config["kubelet-arg"]
+    assert {
+        "node.kubernetes.io/instance-type=${INSTANCE_TYPE}",
+        "topology.kubernetes.io/zone=${ZONE}",
+        "topology.kubernetes.io/region=${REGION}",
+        "gpu-k8s.io/pool=l4",
+        "nvidia.com/device-plugin.config=l4",
+        "k8s.amazonaws.com/accelerator=nvidia-l4",
+    } <= set(config["node-label"])
+    assert config["node-taint"] == ["nvidia.com/gpu=true:NoSchedule"]
+    # The facts come from instance metadata, in the format the cluster-autoscaler parses.
+    facts = files_of(RENDERED["aws-agent.yaml"]())[cloudinit.NODE_FACTS_FILE]
+    assert 'PROVIDER_ID="aws:///$ZONE/$(imds instance-id)"' in facts
+    assert "X-aws-ec2-metadata-token" in facts
+
+
+def test_agents_wait_for_the_server_boundedly_before_installing():
+    script = files_of(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
+    wait, install = script.index("/cacerts"), script.index("INSTALL_K3S_EXEC=agent")
+    assert wait < install
+    assert f"-eq {cloudinit.JOIN_ATTEMPTS}" in script and "exit 1" in script
+
+
+def test_server_config_is_hardened_and_reads_tokens_from_files():
+    config = yaml.safe_load(files_of(RENDERED["aws-server.yaml"]())[f"{cloudinit.CONFIG_DIR}/config.yaml"])
+    assert config["token-file"] == cloudinit.TOKEN_FILE
+    assert config["agent-token-file"] == cloudinit.AGENT_TOKEN_FILE
+    assert config["tls-san"] == list(SERVER.tls_sans)
+    assert config["secrets-encryption"] is True and config["protect-kernel-defaults"] is True
+    assert config["cluster-init"] is True and "server" not in config
+    assert "local-storage" in config["disable"]
+    apiserver = config["kube-apiserver-arg"]
+    assert f"audit-policy-file={cloudinit.AUDIT_POLICY_FILE}" in apiserver
+    assert f"admission-control-config-file={cloudinit.ADMISSION_CONFIG_FILE}" in apiserver
+    joining = yaml.safe_load(
+        files_of(RENDERED["aws-joining-server.yaml"]())[f"{cloudinit.CONFIG_DIR}/config.yaml"]
+    )
+    assert joining["server"] == JOINING_SERVER.join_url and "cluster-init" not in joining
+
+
+def test_kernel_settings_are_applied_before_k3s_starts():
+    files = files_of(RENDERED["aws-server.yaml"]())
+    assert files[cloudinit.SYSCTL_FILE].splitlines() == [
+        f"{k}={v}" for k, v in cloudinit.KUBELET_SYSCTLS.items()
+    ]
+    script = files[cloudinit.BOOTSTRAP_FILE]
+    assert script.index("sysctl --system") < script.index("k3s-install.sh")
+
+
+def test_pod_security_exempts_the_gpu_operator_and_kube_system():
+    admission = yaml.safe_load(files_of(RENDERED["aws-server.yaml"]())[cloudinit.ADMISSION_CONFIG_FILE])
+    configuration = admission["plugins"][0]["configuration"]
+    assert configuration["exemptions"]["namespaces"] == ["gpu-operator", "kube-system"]
+    assert configuration["defaults"]["enforce"] == "baseline"
+    assert configuration["defaults"]["warn"] == "restricted"
+
+
+def test_install_script_is_pinned_to_the_release_tag():
+    script = files_of(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
+    assert "https://raw.githubusercontent.com/k3s-io/k3s/v1.36.3%2Bk3s1/install.sh" in script
+    assert "INSTALL_K3S_VERSION=v1.36.3+k3s1" in script
+    assert "get.k3s.io" not in script
+
+
+def test_nothing_secret_is_in_user_data():
+    for render in RENDERED.values():
+        text = render()
+        for marker in ("PRIVATE KEY", "BEGIN CERTIFICATE", "K10", "::server:", "::node:"):
+            assert marker not in text
+    assert "ssh_authorized_keys" not in "".join(render() for render in RENDERED.values())
+
+
+def test_secret_payloads_name_the_files_k3s_reads():
+    tls_files = {"server-ca.crt": "A", "service.key": "B", "etcd/peer-ca.key": "C"}
+    server = json.loads(cloudinit.server_secret_payload("K10s::server:x", "K10a::node:y", tls_files))["files"]
+    assert server == {
+        cloudinit.TOKEN_FILE: "K10s::server:x",
+        cloudinit.AGENT_TOKEN_FILE: "K10a::node:y",
+        f"{cloudinit.TLS_DIR}/server-ca.crt": "A",
+        f"{cloudinit.TLS_DIR}/service.key": "B",
+        f"{cloudinit.TLS_DIR}/etcd/peer-ca.key": "C",
+    }
+    agent = json.loads(cloudinit.agent_secret_payload("K10a::node:y"))["files"]
+    assert agent == {cloudinit.AGENT_TOKEN_FILE: "K10a::node:y"}
+
+
+def _self_signed_pem(name: str) -> str:
+    key_pem = fake_tls.private_key_outputs(name, {"algorithm": "ECDSA", "ecdsaCurve": "P256"})[
+        "privateKeyPem"
+    ]
+    inputs: dict[str, Any] = {
+        "privateKeyPem": key_pem,
+        "subject": {"commonName": name},
+        "isCaCertificate": True,
+        "validityPeriodHours": 24,
+        "allowedUses": ["cert_signing"],
+    }
+    return fake_tls.self_signed_cert_outputs(name, inputs)["certPem"]
+
+
+def test_secure_token_hashes_the_root_certificates_der():
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    root = _self_signed_pem("root")
+    der = x509.load_pem_x509_certificate(root.encode()).public_bytes(serialization.Encoding.DER)
+    token = pki.secure_token(root, "server", "s3cret")
+    assert token == f"K10{hashlib.sha256(der).hexdigest()}::server:s3cret"
+    assert len(token.split("::")[0]) == 3 + 64  # k3s rejects any other CA hash length (clientaccess/token.go)
+
+
+def test_server_tls_files_put_the_root_behind_every_ca():
+    files = pki.server_tls_files(
+        "ROOT\n",
+        {ca: f"{ca}-CERT\n" for ca in pki.LEAF_CAS},
+        {ca: f"{ca}-KEY\n" for ca in pki.LEAF_CAS},
+        "SA\n",
+    )
+    assert files["server-ca.crt"] == "server-ca-CERT\nROOT\n"
+    assert files["etcd/peer-ca.key"] == "etcd/peer-ca-KEY\n"
+    assert files["service.key"] == "SA\n"
+    # The file set k3s needs before its first start (k3s docs, cli/certificate.md).
+    assert set(files) == {
+        "server-ca.crt",
+        "server-ca.key",
+        "client-ca.crt",
+        "client-ca.key",
+        "request-header-ca.crt",
+        "request-header-ca.key",
+        "etcd/peer-ca.crt",
+        "etcd/peer-ca.key",
+        "etcd/server-ca.crt",
+        "etcd/server-ca.key",
+        "service.key",
+    }
+
+
+def test_node_bootstrap_is_whatever_the_provider_supplies():
+    custom = NodeBootstrap(node_facts_sh="export PROVIDER_ID=x\n", fetch_secret_py="print('x')\n")
+    files = files_of(cloudinit.agent_cloud_config(AGENT, custom))
+    assert files[cloudinit.NODE_FACTS_FILE] == custom.node_facts_sh
+    assert files[cloudinit.FETCH_FILE] == custom.fetch_secret_py
