@@ -65,7 +65,7 @@ def cloud_config_validator():
 
 @pytest.mark.parametrize("golden", sorted(RENDERED))
 def test_rendered_user_data_matches_its_golden_file(golden):
-    """Golden files show reviewers the exact first-boot configuration (GPU_K8S_UPDATE_GOLDEN=1 rewrites them)."""
+    """Golden files show reviewers the exact first-boot setup (GPU_K8S_UPDATE_GOLDEN=1 rewrites them)."""
     rendered = RENDERED[golden]()
     path = GOLDEN / golden
     if os.environ.get("GPU_K8S_UPDATE_GOLDEN") == "1":
