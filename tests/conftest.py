@@ -32,6 +32,17 @@ def aws_eks(aws_eks_config: dict[str, Any]) -> Recording:
 
 
 @pytest.fixture(scope="session")
+def aws_k3s_config() -> dict[str, Any]:
+    return stack_config(STACKS / "Pulumi.aws-k3s.yaml")
+
+
+@pytest.fixture(scope="session")
+def aws_k3s(aws_k3s_config: dict[str, Any]) -> Recording:
+    """The aws-k3s stack program, run once under the recording mock engine."""
+    return run_program("aws-k3s", aws_k3s_config)
+
+
+@pytest.fixture(scope="session")
 def gcp_gke_config() -> dict[str, Any]:
     return stack_config(STACKS / "Pulumi.gcp-gke.yaml")
 

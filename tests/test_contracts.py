@@ -36,7 +36,7 @@ from tests.conftest import upstream, upstream_yaml, venv_tool
 from tools.engine import PROJECT_ROOT
 
 # Maps whose keys are free-form in the chart (empty or example-only defaults).
-OPEN_MAPS = {("extraArgs",), ("nodeSelector",)}
+OPEN_MAPS = {("extraArgs",), ("nodeSelector",), ("controller", "nodeSelector"), ("daemonsetNodeSelector",)}
 # Cluster-autoscaler flags documented in its FAQ ("What are the parameters to CA?"), REFERENCE.md 5.2.
 AUTOSCALER_FLAGS = {
     "cloud-provider",
@@ -91,7 +91,7 @@ def release_values(aws_eks, name: str) -> dict[str, Any]:
     return aws_eks.by_name(name).inputs["values"]
 
 
-@pytest.mark.parametrize("stack", ["aws_eks", "mixed_sharing", "gcp_gke"])
+@pytest.mark.parametrize("stack", ["aws_eks", "mixed_sharing", "gcp_gke", "aws_k3s"])
 def test_gpu_operator_values_exist_in_the_pinned_chart(request, stack):
     chart = upstream_yaml(f"gpu-operator/{GPU_OPERATOR_CHART_VERSION}/values.yaml")
     assert (
@@ -143,8 +143,8 @@ def kubernetes_objects(*recordings) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("minor", SUPPORTED_KUBERNETES_MINORS)
-def test_kubernetes_objects_pass_strict_schema_validation(aws_eks, mixed_sharing, gcp_gke, minor):
-    objects = kubernetes_objects(aws_eks, mixed_sharing, gcp_gke)
+def test_kubernetes_objects_pass_strict_schema_validation(aws_eks, mixed_sharing, gcp_gke, aws_k3s, minor):
+    objects = kubernetes_objects(aws_eks, mixed_sharing, gcp_gke, aws_k3s)
     assert {o["kind"] for o in objects} == {"Namespace", "StorageClass", "ConfigMap", "ResourceQuota"}
     for obj in objects:
         kubernetes_validate.validate(obj, f"{minor}.0", strict=True)

@@ -29,7 +29,7 @@ def run_plan(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("stack", ["aws-eks", "gcp-gke"])
+@pytest.mark.parametrize("stack", ["aws-eks", "aws-k3s", "gcp-gke"])
 def test_committed_plan_matches_the_program(request, stack):
     recording = request.getfixturevalue(stack.replace("-", "_"))
     committed = (PLANS / f"{stack}.json").read_text()
@@ -122,7 +122,10 @@ def test_cli_unknown_stack_exits_2_and_lists_stacks():
     assert "aws-eks" in result.stderr
 
 
-@pytest.mark.parametrize(("stack", "other_cloud_sdk"), [("aws-eks", "pulumi_gcp"), ("gcp-gke", "pulumi_aws")])
+@pytest.mark.parametrize(
+    ("stack", "other_cloud_sdk"),
+    [("aws-eks", "pulumi_gcp"), ("aws-k3s", "pulumi_gcp"), ("gcp-gke", "pulumi_aws")],
+)
 def test_a_plan_never_imports_the_other_clouds_sdk(stack, other_cloud_sdk):
     probe = (
         f"import sys, tools.plan as p; p.plan({stack!r}); "

@@ -77,6 +77,8 @@ class Registration:
     dependencies: list[str]
     provider: str
     options: dict[str, Any]
+    # The id the mock provider gave it (what other resources receive when they reference it).
+    id: str = ""
 
     @property
     def provider_urn(self) -> str:
@@ -296,6 +298,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             dependencies=sorted(set(request.dependencies)),
             provider=request.provider,
             options={k: v for k, v in options.items() if v},
+            id=response.id,
         )
         with self.lock:
             self.recording.registrations.append(registration)

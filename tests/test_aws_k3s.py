@@ -1,0 +1,478 @@
+"""Graph, security and PKI tests of the aws-k3s stack, and the bad inputs it refuses."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime
+import hashlib
+import json
+from typing import Any
+
+import botocore.auth
+import botocore.awsrequest
+import botocore.credentials
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from components.k3s import cloudinit
+from providers.aws import k3s as aws_k3s_module
+from providers.aws.files import fetch_secret
+from tests.conftest import assert_refused_before_any_resource, set_path, upstream_yaml
+from tests.test_contracts import serious_findings, unknown_values
+from tools.engine import Recording, Secret, run_program
+
+ASG = "aws:autoscaling/group:Group"
+INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+EGRESS = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
+
+
+def user_data_files(text: str) -> dict[str, str]:
+    return {entry["path"]: entry["content"] for entry in yaml.safe_load(text)["write_files"]}
+
+
+def agent_user_data(rec: Recording, pool: str) -> str:
+    return base64.b64decode(rec.by_name(f"ml-gpu-{pool}-lt").inputs["userData"]).decode()
+
+
+def secret_payload(rec: Recording, audience: str) -> dict[str, str]:
+    value = rec.by_name(f"ml-{audience}-bootstrap-value").inputs["secretString"]
+    assert isinstance(value, Secret)
+    return json.loads(value.value)["files"]
+
+
+def kubeconfig(rec: Recording) -> dict[str, Any]:
+    value = rec.by_name("ml-k8s").inputs["kubeconfig"]
+    assert isinstance(value, Secret)
+    return json.loads(value.value)
+
+
+def pem_certs(text: str) -> list[x509.Certificate]:
+    return x509.load_pem_x509_certificates(text.encode())
+
+
+# --- PKI ---
+
+
+def test_admin_certificate_chains_to_the_client_ca_and_is_cluster_admin(aws_k3s):
+    user = kubeconfig(aws_k3s)["users"][0]["user"]
+    admin, client_ca = pem_certs(base64.b64decode(user["client-certificate-data"]).decode())
+    tls_client_ca = pem_certs(secret_payload(aws_k3s, "servers")[f"{cloudinit.TLS_DIR}/client-ca.crt"])[0]
+    assert client_ca == tls_client_ca
+    public_key = client_ca.public_key()
+    assert isinstance(public_key, ec.EllipticCurvePublicKey)
+    public_key.verify(admin.signature, admin.tbs_certificate_bytes, ec.ECDSA(hashes.SHA256()))
+    assert admin.issuer == client_ca.subject
+    assert [a.value for a in admin.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == [
+        "system:masters"
+    ]
+    usages = admin.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.CLIENT_AUTH in usages
+    assert not admin.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    key = serialization.load_pem_private_key(base64.b64decode(user["client-key-data"]), password=None)
+    assert key.public_key().public_numbers() == admin.public_key().public_numbers()  # type: ignore[union-attr]
+
+
+def test_every_ca_file_is_signed_by_the_root_and_its_key_matches(aws_k3s):
+    files = secret_payload(aws_k3s, "servers")
+    roots = {
+        pem_certs(files[f"{cloudinit.TLS_DIR}/{ca}.crt"])[-1].fingerprint(hashes.SHA256()) for ca in LEAF
+    }
+    assert len(roots) == 1
+    for ca in LEAF:
+        leaf, root = pem_certs(files[f"{cloudinit.TLS_DIR}/{ca}.crt"])
+        assert leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+        root.public_key().verify(leaf.signature, leaf.tbs_certificate_bytes, ec.ECDSA(hashes.SHA256()))  # type: ignore[call-arg,union-attr]
+        key = serialization.load_pem_private_key(
+            files[f"{cloudinit.TLS_DIR}/{ca}.key"].encode(), password=None
+        )
+        assert key.public_key().public_numbers() == leaf.public_key().public_numbers()  # type: ignore[union-attr]
+    assert "PRIVATE KEY" in files[f"{cloudinit.TLS_DIR}/service.key"]
+
+
+LEAF = ("server-ca", "client-ca", "request-header-ca", "etcd/peer-ca", "etcd/server-ca")
+
+
+def test_join_tokens_carry_the_root_ca_hash_and_differ(aws_k3s):
+    files = secret_payload(aws_k3s, "servers")
+    root = pem_certs(files[f"{cloudinit.TLS_DIR}/server-ca.crt"])[-1]
+    digest = hashlib.sha256(root.public_bytes(serialization.Encoding.DER)).hexdigest()
+    server_token, agent_token = files[cloudinit.TOKEN_FILE], files[cloudinit.AGENT_TOKEN_FILE]
+    assert server_token.startswith(f"K10{digest}::server:")
+    assert agent_token.startswith(f"K10{digest}::node:")
+    assert server_token.split(":")[-1] != agent_token.split(":")[-1]
+    # Agents get only their own token.
+    assert secret_payload(aws_k3s, "agents") == {cloudinit.AGENT_TOKEN_FILE: agent_token}
+
+
+def test_kubeconfig_trusts_the_server_ca_and_points_at_the_load_balancer(aws_k3s):
+    cluster = kubeconfig(aws_k3s)["clusters"][0]["cluster"]
+    chain = pem_certs(base64.b64decode(cluster["certificate-authority-data"]).decode())
+    files = secret_payload(aws_k3s, "servers")
+    assert chain == pem_certs(files[f"{cloudinit.TLS_DIR}/server-ca.crt"])
+    load_balancer = aws_k3s.by_name("ml-api")
+    assert cluster["server"].startswith("https://ml-api-") and cluster["server"].endswith(":6443")
+    assert load_balancer.inputs["loadBalancerType"] == "network"
+    assert isinstance(aws_k3s.outputs["kubeconfig"], Secret)
+
+
+def test_secret_material_is_secret_everywhere_and_absent_from_user_data(aws_k3s):
+    files = secret_payload(aws_k3s, "servers")
+    needles = [files[cloudinit.TOKEN_FILE], files[cloudinit.AGENT_TOKEN_FILE]]
+    needles += [content for path, content in files.items() if path.endswith((".key",))]
+    texts = [r.inputs["userData"] for r in aws_k3s.by_type("aws:ec2/instance:Instance")]
+    texts += [agent_user_data(aws_k3s, pool) for pool in ("l4", "h100")]
+    for text in texts:
+        assert isinstance(text, str)
+        for needle in needles:
+            assert needle not in text
+        assert "PRIVATE KEY" not in text and "K10" not in text
+    for registration in aws_k3s.registrations:
+        if registration.type == "tls:index/privateKey:PrivateKey":
+            assert "privateKeyPem" in registration.options["additionalSecretOutputs"]
+    for name in ("clusterName", "gpuPools", "gpuDriver"):
+        assert "PRIVATE KEY" not in json.dumps(aws_k3s.outputs[name])
+
+
+# --- no SSH, exact network rules ---
+
+
+def test_no_ssh_anywhere(aws_k3s):
+    for instance in aws_k3s.by_type("aws:ec2/instance:Instance"):
+        assert "keyName" not in instance.inputs
+    for template in aws_k3s.by_type("aws:ec2/launchTemplate:LaunchTemplate"):
+        assert "keyName" not in template.inputs
+    for rule in aws_k3s.by_type(INGRESS):
+        assert not rule.inputs["fromPort"] <= 22 <= rule.inputs["toPort"]
+    assert not aws_k3s.by_type("aws:ec2/keyPair:KeyPair")
+
+
+def test_security_group_rules_are_exactly_the_k3s_ports(aws_k3s):
+    role_of = {
+        group.id: group.name.removeprefix("ml-").removesuffix("-sg")
+        for group in aws_k3s.by_type("aws:ec2/securityGroup:SecurityGroup")
+    }
+    ingress = {
+        (
+            role_of[rule.inputs["securityGroupId"]],
+            rule.inputs["ipProtocol"],
+            int(rule.inputs["fromPort"]),
+            int(rule.inputs["toPort"]),
+            rule.inputs.get("cidrIpv4") or role_of[rule.inputs["referencedSecurityGroupId"]],
+        )
+        for rule in aws_k3s.by_type(INGRESS)
+    }
+    assert ingress == {
+        ("nodes", "udp", 8472, 8472, "nodes"),
+        ("nodes", "tcp", 10250, 10250, "nodes"),
+        ("servers", "tcp", 6443, 6443, "nodes"),
+        ("servers", "tcp", 6443, 6443, "api"),
+        ("servers", "tcp", 2379, 2380, "servers"),
+        ("api", "tcp", 6443, 6443, "203.0.113.0/24"),
+    }
+    egress = {
+        (
+            role_of[rule.inputs["securityGroupId"]],
+            rule.inputs.get("cidrIpv4") or role_of[rule.inputs["referencedSecurityGroupId"]],
+        )
+        for rule in aws_k3s.by_type(EGRESS)
+    }
+    # The load balancer reaches only the servers; nodes reach registries and AWS APIs.
+    assert egress == {("api", "servers"), ("nodes", "0.0.0.0/0"), ("servers", "0.0.0.0/0")}
+
+
+def test_a_single_server_opens_no_etcd_ports(aws_k3s_config):
+    config = copy.deepcopy(aws_k3s_config)
+    config["gpu-k8s:cluster"]["systemPool"]["nodes"] = 1
+    rec = run_program("single", config)
+    assert not [r for r in rec.by_type(INGRESS) if int(r.inputs["fromPort"]) == 2379]
+    assert len(rec.by_type("aws:ec2/instance:Instance")) == 1
+    config_yaml = yaml.safe_load(
+        user_data_files(rec.by_name("ml-server-0").inputs["userData"])[f"{cloudinit.CONFIG_DIR}/config.yaml"]
+    )
+    assert "cluster-init" not in config_yaml and "server" not in config_yaml
+
+
+# --- servers, agents and templates ---
+
+
+def test_servers_are_private_imdsv2_encrypted_with_stable_addresses(aws_k3s):
+    servers = aws_k3s.by_type("aws:ec2/instance:Instance")
+    assert len(servers) == 3
+    api_host = (
+        kubeconfig(aws_k3s)["clusters"][0]["cluster"]["server"].removeprefix("https://").removesuffix(":6443")
+    )
+    assert api_host.endswith(".elb.us-east-1.amazonaws.com")
+    for index, server in enumerate(servers):
+        inputs = server.inputs
+        assert inputs["metadataOptions"]["httpTokens"] == "required"
+        assert inputs["rootBlockDevice"]["encrypted"] is True
+        assert "associatePublicIpAddress" not in inputs
+        interface = aws_k3s.by_name(f"ml-server-{index}-eni")
+        assert inputs["networkInterfaces"] == [{"networkInterfaceId": interface.id, "deviceIndex": 0}]
+        assert server.options["ignoreChanges"] == ["ami"]
+        files = user_data_files(inputs["userData"])
+        config = yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])
+        # The name the kubeconfig reaches the API by is in every server's certificate.
+        assert config["tls-san"] == [api_host]
+        if index == 0:
+            assert config["cluster-init"] is True
+        else:
+            assert config["server"].startswith("https://10.") and config["server"].endswith(":6443")
+
+
+def test_load_balancer_forwards_6443_to_every_server(aws_k3s):
+    targets = aws_k3s.by_type("aws:lb/targetGroupAttachment:TargetGroupAttachment")
+    assert len(targets) == 3
+    group = aws_k3s.by_name("ml-api-targets").inputs
+    assert (group["port"], group["protocol"], group["targetType"]) == (6443, "TCP", "ip")
+    listener = aws_k3s.by_name("ml-api-listener").inputs
+    assert (listener["port"], listener["protocol"]) == (6443, "TCP")
+
+
+def test_gpu_pools_are_asgs_from_zero_with_template_tags_matching_the_pool(aws_k3s):
+    groups = {r.name.removeprefix("ml-gpu-").removesuffix("-asg"): r for r in aws_k3s.by_type(ASG)}
+    assert set(groups) == {"l4", "h100"}
+    for pool, group in groups.items():
+        assert int(group.inputs["minSize"]) == 0
+        assert group.options["ignoreChanges"] == ["desiredCapacity"]
+        tags = {t["key"]: t["value"] for t in group.inputs["tags"]}
+        assert all(t["propagateAtLaunch"] is False for t in group.inputs["tags"])
+        assert tags["k8s.io/cluster-autoscaler/enabled"] == "true"
+        assert tags["k8s.io/cluster-autoscaler/ml"] == "owned"
+        label = "k8s.io/cluster-autoscaler/node-template/label/"
+        assert tags[f"{label}gpu-k8s.io/pool"] == pool
+        assert tags[f"{label}nvidia.com/device-plugin.config"] == pool
+        assert tags["k8s.io/cluster-autoscaler/node-template/taint/nvidia.com/gpu"] == "true:NoSchedule"
+    l4 = {t["key"]: t["value"] for t in groups["l4"].inputs["tags"]}
+    assert l4["k8s.io/cluster-autoscaler/node-template/resources/nvidia.com/gpu"] == "4"  # 1 L4 x 4 slices
+    assert l4["k8s.io/cluster-autoscaler/node-template/label/gpu-k8s.io/capacity-type"] == "spot"
+    h100 = {t["key"]: t["value"] for t in groups["h100"].inputs["tags"]}
+    assert (
+        h100["k8s.io/cluster-autoscaler/node-template/resources/nvidia.com/gpu"] == "56"
+    )  # 8 x 7 MIG slices
+    assert h100["k8s.io/cluster-autoscaler/node-template/label/nvidia.com/mig.config"] == "all-1g.10gb"
+
+
+def test_agent_labels_in_user_data_match_the_template_tags(aws_k3s):
+    for pool in ("l4", "h100"):
+        script = user_data_files(agent_user_data(aws_k3s, pool))[cloudinit.BOOTSTRAP_FILE]
+        node = yaml.safe_load(script.split("<<NODE_CONFIG\n", 1)[1].split("\nNODE_CONFIG\n", 1)[0])
+        tags = {t["key"]: t["value"] for t in aws_k3s.by_name(f"ml-gpu-{pool}-asg").inputs["tags"]}
+        prefix = "k8s.io/cluster-autoscaler/node-template/label/"
+        templated = {key.removeprefix(prefix): value for key, value in tags.items() if key.startswith(prefix)}
+        assert {f"{key}={value}" for key, value in templated.items()} <= set(node["node-label"])
+        assert "provider-id=${PROVIDER_ID}" in node["kubelet-arg"]
+        assert "node.kubernetes.io/instance-type=${INSTANCE_TYPE}" in node["node-label"]
+
+
+def test_launch_templates_ubuntu_imdsv2_hop_two_encrypted_gp3_spot_on_request(aws_k3s):
+    for pool, spot, disk in (("l4", True, 200), ("h100", False, 500)):
+        template = aws_k3s.by_name(f"ml-gpu-{pool}-lt").inputs
+        assert template["imageId"] == (
+            "resolve:ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id"
+        )
+        assert template["metadataOptions"] == {
+            "httpEndpoint": "enabled",
+            "httpTokens": "required",
+            "httpPutResponseHopLimit": 2,
+        }
+        (root,) = template["blockDeviceMappings"]
+        assert root["ebs"]["encrypted"] == "true" and root["ebs"]["volumeType"] == "gp3"
+        assert root["ebs"]["volumeSize"] == disk
+        assert ("instanceMarketOptions" in template) is spot
+
+
+def test_roles_read_only_their_own_secrets_and_servers_may_scale(aws_k3s):
+    servers = aws_k3s.by_name("ml-servers-bootstrap")
+    agents = aws_k3s.by_name("ml-agents-bootstrap")
+    arn = lambda secret: f"arn:aws:secretsmanager:us-east-1:123456789012:secret:{secret.name}-"  # noqa: E731
+    server_policy = json.loads(aws_k3s.by_name("ml-server-read-secrets").inputs["policy"])
+    agent_policy = json.loads(aws_k3s.by_name("ml-agent-read-secrets").inputs["policy"])
+    (agent_resource,) = agent_policy["Statement"][0]["Resource"]
+    assert agent_resource.startswith(arn(agents))
+    assert sorted(r.startswith(arn(servers)) for r in server_policy["Statement"][0]["Resource"]) == [
+        False,
+        True,
+    ]
+    assert aws_k3s.by_name("ml-server-policy")  # the autoscaler's policy, writes limited by the owned tag
+    assert not [r for r in aws_k3s.registrations if r.name == "ml-agent-policy"]
+
+
+def test_iam_documents_pass_parliament(aws_k3s):
+    """The same linting as the EKS documents: no finding, except RESOURCE_STAR on tag-scoped writes."""
+    for name in ("ml-server-read-secrets", "ml-agent-read-secrets", "ml-server-policy"):
+        assert serious_findings(aws_k3s.by_name(name).inputs["policy"], trust_policy=False) == [], name
+    for role in aws_k3s.by_type("aws:iam/role:Role"):
+        assert serious_findings(role.inputs["assumeRolePolicy"], trust_policy=True) == [], role.name
+
+
+def test_chart_values_exist_in_the_pinned_charts(aws_k3s):
+    ebs = aws_k3s.by_name("ml-ebs-csi").inputs
+    assert ebs["version"] == aws_k3s.by_name("ml-ebs-csi").inputs["version"] == "2.64.0"
+    assert unknown_values(ebs["values"], upstream_yaml("aws-ebs-csi-driver/2.64.0/values.yaml")) == []
+    nth = aws_k3s.by_name("ml-termination-handler").inputs
+    assert nth["version"] == "0.27.6"
+    assert (
+        unknown_values(nth["values"], upstream_yaml("aws-node-termination-handler/0.27.6/values.yaml")) == []
+    )
+    operator = aws_k3s.by_name("ml-gpu-operator-release").inputs["values"]
+    assert unknown_values(operator, upstream_yaml("gpu-operator/v26.7.0/values.yaml")) == []
+    autoscaler = aws_k3s.by_name("ml-autoscaler-release").inputs["values"]
+    assert unknown_values(autoscaler, upstream_yaml("cluster-autoscaler/9.59.0/values.yaml")) == []
+
+
+def test_ebs_values_pass_the_charts_own_schema(aws_k3s):
+    import jsonschema
+
+    from tests.conftest import upstream
+
+    schema = json.loads(upstream("aws-ebs-csi-driver/2.64.0/values.schema.json").read_text())
+    defaults = upstream_yaml("aws-ebs-csi-driver/2.64.0/values.yaml")
+    merged = _merge(defaults, aws_k3s.by_name("ml-ebs-csi").inputs["values"])
+    assert [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(merged)] == []
+
+
+def _merge(base: Any, override: Any) -> Any:
+    if isinstance(base, dict) and isinstance(override, dict):
+        return {**base, **{k: _merge(base.get(k), v) for k, v in override.items()}}
+    return override
+
+
+def test_gpu_operator_installs_the_driver_and_uses_the_k3s_containerd(aws_k3s):
+    values = aws_k3s.by_name("ml-gpu-operator-release").inputs["values"]
+    assert values["driver"] == {"enabled": True, "version": "595.91.07"}
+    assert values["toolkit"] == {
+        "enabled": True,
+        "env": [{"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"}],
+    }
+    assert aws_k3s.outputs["gpuDriver"] == {"owner": "gpu-operator", "version": "595.91.07"}
+
+
+def test_storage_default_is_encrypted_gp3_and_termination_handler_watches_spot_nodes(aws_k3s):
+    storage = aws_k3s.by_name("ml-storage-class").inputs
+    assert storage["provisioner"] == "ebs.csi.aws.com"
+    assert storage["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
+    nth = aws_k3s.by_name("ml-termination-handler").inputs["values"]
+    assert nth["daemonsetNodeSelector"] == {aws_k3s_module.CAPACITY_LABEL: "spot"}
+
+
+def test_no_spot_pool_no_termination_handler(aws_k3s_config):
+    config = copy.deepcopy(aws_k3s_config)
+    config["gpu-k8s:cluster"]["gpuPools"][0]["spot"] = False
+    rec = run_program("on-demand", config)
+    assert not [r for r in rec.registrations if r.name == "ml-termination-handler"]
+
+
+# --- the node's secret fetcher ---
+
+
+def test_fetcher_signs_exactly_like_botocore(monkeypatch):
+    credentials = {
+        "AccessKeyId": "AKIDEXAMPLE",
+        "SecretAccessKey": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        "Token": "session-token",
+    }
+    body = json.dumps({"SecretId": "arn:aws:secretsmanager:eu-west-1:1:secret:x"}).encode()
+    now = datetime.datetime(2026, 11, 30, 12, 0, 0, tzinfo=datetime.UTC)
+    ours = fetch_secret.signed_headers("eu-west-1", credentials, body, now)
+    request = botocore.awsrequest.AWSRequest(
+        method="POST",
+        url="https://secretsmanager.eu-west-1.amazonaws.com/",
+        data=body,
+        headers={"content-type": ours["content-type"], "x-amz-target": ours["x-amz-target"]},
+    )
+    signer = botocore.auth.SigV4Auth(
+        botocore.credentials.Credentials("AKIDEXAMPLE", credentials["SecretAccessKey"], "session-token"),
+        "secretsmanager",
+        "eu-west-1",
+    )
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: now.replace(tzinfo=None))
+    signer.add_auth(request)
+    theirs = request.headers["Authorization"]
+    assert ours["authorization"] == theirs
+    # And the comparison can fail: a wrong region gives another signature.
+    assert fetch_secret.signed_headers("us-east-1", credentials, body, now)["authorization"] != theirs
+
+
+def test_fetcher_writes_files_private(tmp_path):
+    target = tmp_path / "etc" / "token"
+    fetch_secret.write_files(json.dumps({"files": {str(target): "K10abc::node:x"}}))
+    assert target.read_text() == "K10abc::node:x"
+    assert oct(target.stat().st_mode & 0o777) == "0o600"
+    assert oct(target.parent.stat().st_mode & 0o777) == "0o700"
+
+
+# --- bad input ---
+
+BAD_K3S_INPUTS = [
+    ("two-servers", set_path("systemPool.nodes", 2), "systemPool.nodes", ("1 or 3",)),
+    ("k3s-version-malformed", set_path("k3s", {"version": "1.36.3"}), "k3s.version", ("not a k3s release",)),
+    (
+        "k3s-too-new-for-the-operator",
+        set_path("k3s", {"version": "v1.37.1+k3s1"}),
+        "k3s.version",
+        ("1.33-1.36",),
+    ),
+    (
+        "k3s-minor-not-the-kubernetes-version",
+        set_path("k3s", {"version": "v1.35.2+k3s1"}),
+        "k3s.version",
+        ("kubernetesVersion says 1.36",),
+    ),
+    (
+        "admin-cidr-open-to-the-world",
+        set_path("apiAccessCidrs", ["0.0.0.0/0"]),
+        "apiAccessCidrs[0]",
+        ("whole internet", "allowPublicApiFromAnywhere"),
+    ),
+    (
+        "pod-security-unknown",
+        set_path("k3s", {"podSecurity": "privileged"}),
+        "k3s.podSecurity",
+        ("baseline",),
+    ),
+    (
+        "driver-malformed",
+        set_path("addonVersions", {"nvidiaDriver": "latest"}),
+        "addonVersions.nvidiaDriver",
+        ("not an NVIDIA driver",),
+    ),
+    (
+        "cuda-beyond-the-installed-driver",
+        set_path("addonVersions", {"nvidiaDriver": "570.124.06"}),
+        "gpu-k8s:cluster.cuda",
+        ("CUDA 13.x needs driver >= 580",),
+    ),
+    (
+        "gke-settings-on-k3s",
+        set_path("gke", {"regional": False}),
+        "gpu-k8s:cluster.gke",
+        ("only apply to kind gke",),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutation", "path", "words"), [c[1:] for c in BAD_K3S_INPUTS], ids=[c[0] for c in BAD_K3S_INPUTS]
+)
+def test_bad_k3s_input_is_refused_before_any_resource(aws_k3s_config, mutation, path, words):
+    assert_refused_before_any_resource(aws_k3s_config, mutation, path, words)
+
+
+def test_missing_region_is_refused(aws_k3s_config):
+    config = {key: value for key, value in aws_k3s_config.items() if key != "aws:region"}
+    assert_refused_before_any_resource(config, lambda cluster: None, "aws:region", ("is not set",))
+
+
+def test_k3s_settings_on_eks_are_refused(aws_eks_config):
+    assert_refused_before_any_resource(
+        aws_eks_config,
+        set_path("k3s", {"version": "v1.36.3+k3s1"}),
+        "gpu-k8s:cluster.k3s",
+        ("only apply to kind k3s",),
+    )
