@@ -38,12 +38,16 @@ API_PORT = 6443
 # checks the binary against the release's sha256sum file).
 INSTALL_SCRIPT_URL = "https://raw.githubusercontent.com/k3s-io/k3s/{tag}/install.sh"
 
-# What `protect-kernel-defaults` requires the host to have before k3s starts (k3s CIS hardening guide).
+# What `protect-kernel-defaults` requires the host to have before k3s starts: the k3s CIS hardening guide
+# lists the first four; the kubelet also checks the root key quotas (kubernetes pkg/kubelet/cm
+# container_manager_linux.go setupKernelTunables, values from pkg/util/sysctl).
 KUBELET_SYSCTLS = {
     "vm.panic_on_oom": "0",
     "vm.overcommit_memory": "1",
     "kernel.panic": "10",
     "kernel.panic_on_oops": "1",
+    "kernel.keys.root_maxkeys": "1000000",
+    "kernel.keys.root_maxbytes": "25000000",
 }
 # Kubelet settings of the k3s CIS hardening guide ("v1.29 and Newer").
 KUBELET_ARGS = (
