@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pulumi
@@ -26,7 +27,7 @@ from components.autoscaler import (
 )
 from components.catalog import load_catalog
 from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
-from components.configbase import raise_if_any
+from components.configbase import ConfigIssue, config_path, raise_if_any
 from components.gpu_operator import OPERATOR_NAMESPACE, GpuOperator, GpuOperatorArgs
 from components.helm import helm_release
 from components.k3s.cloudinit import API_PORT, AgentNode, ServerNode, agent_cloud_config, server_cloud_config
@@ -75,6 +76,17 @@ SERVER_DISK_GIB_MIN = 50
 
 def aws_k3s_traits(spec: ClusterSpec) -> PlatformTraits:
     return k3s_traits(spec, ACCELERATOR_LABEL)
+
+
+def aws_k3s_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
+    """The API load balancer is internet-facing: an existing VPC must name public subnets for it."""
+    if not spec.network.creates_vpc and not spec.network.public_subnet_ids:
+        yield ConfigIssue(
+            config_path("network", "publicSubnetIds"),
+            [],
+            "the k3s API load balancer needs public subnets",
+            "list the VPC's public subnet ids (one per zone the servers use)",
+        )
 
 
 def ubuntu_ami(arch: str) -> str:
@@ -512,7 +524,7 @@ def build(spec: ClusterSpec) -> GpuCluster:
     catalog = load_catalog()
     region = region_from_config()
     traits = aws_k3s_traits(spec)
-    raise_if_any(platform_issues(spec, traits, catalog))
+    raise_if_any(aws_k3s_issues(spec), platform_issues(spec, traits, catalog))
     pools = resolve_pools(spec, catalog, traits.accelerator_label)
     provider = aws.Provider(
         f"{spec.name}-aws",
