@@ -449,6 +449,12 @@ BAD_K3S_INPUTS = [
         ("CUDA 13.x needs driver >= 580",),
     ),
     (
+        "existing-vpc-without-public-subnets",
+        set_path("network", {"vpcId": "vpc-0abc", "privateSubnetIds": ["subnet-a", "subnet-b"]}),
+        "network.publicSubnetIds",
+        ("load balancer needs public subnets",),
+    ),
+    (
         "gke-settings-on-k3s",
         set_path("gke", {"regional": False}),
         "gpu-k8s:cluster.gke",
