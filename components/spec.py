@@ -750,6 +750,14 @@ def mig_pools(spec: ClusterSpec, catalog: Catalog, among: Iterable[int] | None =
     return pools
 
 
+def _kind_defaults(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Defaults that depend on the kind: on k3s the system pool is the servers, one unless asked for three."""
+    pool = raw.get("systemPool")
+    if raw.get("kind") == "k3s" and isinstance(pool, Mapping) and "nodes" not in pool:
+        return {**raw, "systemPool": {**pool, "nodes": 1}}
+    return raw
+
+
 def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
     """Parse and validate the `gpu-k8s:cluster` value; raise ConfigError listing every problem."""
     if raw is None:
@@ -776,7 +784,7 @@ def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
         )
     try:
         # JSON mode: strict types, yet YAML lists become tuples (Pulumi hands structured config over as JSON).
-        spec = ClusterSpec.model_validate_json(json.dumps(raw))
+        spec = ClusterSpec.model_validate_json(json.dumps(_kind_defaults(raw)))
     except ValidationError as exc:
         errors = exc.errors()
         # A list whose items all failed also reports itself as too short; the item errors say more.

@@ -185,9 +185,9 @@ def test_security_group_rules_are_exactly_the_k3s_ports(aws_k3s):
     assert egress == {("api", "servers"), ("nodes", "0.0.0.0/0"), ("servers", "0.0.0.0/0")}
 
 
-def test_a_single_server_opens_no_etcd_ports(aws_k3s_config):
+def test_one_server_by_default_and_it_opens_no_etcd_ports(aws_k3s_config):
     config = copy.deepcopy(aws_k3s_config)
-    config["gpu-k8s:cluster"]["systemPool"]["nodes"] = 1
+    del config["gpu-k8s:cluster"]["systemPool"]["nodes"]
     rec = run_program("single", config)
     assert not [r for r in rec.by_type(INGRESS) if int(r.inputs["fromPort"]) == 2379]
     assert len(rec.by_type("aws:ec2/instance:Instance")) == 1
