@@ -28,10 +28,11 @@ from tools.engine import PROJECT_ROOT, run_program, stack_config
 LOADED_SDK_MODULES = """
 import contextlib, importlib.util, io, sys
 import tools.plan
+SDKS = {"pulumi", "pulumi_aws", "pulumi_gcp", "pulumi_kubernetes", "pulumi_random", "pulumi_tls"}
 with contextlib.redirect_stdout(io.StringIO()):
     tools.plan.main([sys.argv[1]])
 print(" ".join(sorted(name for name, module in list(sys.modules.items())
-                      if name.split(".")[0] in {"pulumi", "pulumi_aws", "pulumi_gcp", "pulumi_kubernetes"}
+                      if name.split(".")[0] in SDKS
                       and type(module).__name__ != "_LazyModule")))
 """
 # Imports (and, for lazy stubs, runs) exactly those modules: the floor no plan can beat.
