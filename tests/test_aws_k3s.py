@@ -482,3 +482,16 @@ def test_k3s_settings_on_eks_are_refused(aws_eks_config):
         "gpu-k8s:cluster.k3s",
         ("only apply to kind k3s",),
     )
+
+
+def test_taints_without_a_value_render_as_key_and_effect(aws_k3s_config):
+    config = copy.deepcopy(aws_k3s_config)
+    config["gpu-k8s:cluster"]["gpuPools"][0]["taints"] = [
+        {"key": "example.com/dedicated", "effect": "NoExecute"}
+    ]
+    rec = run_program("taints", config)
+    script = user_data_files(agent_user_data(rec, "l4"))[cloudinit.BOOTSTRAP_FILE]
+    node = yaml.safe_load(script.split("<<NODE_CONFIG\n", 1)[1].split("\nNODE_CONFIG\n", 1)[0])
+    assert node["node-taint"] == ["nvidia.com/gpu=true:NoSchedule", "example.com/dedicated:NoExecute"]
+    tags = {t["key"]: t["value"] for t in rec.by_name("ml-gpu-l4-asg").inputs["tags"]}
+    assert tags["k8s.io/cluster-autoscaler/node-template/taint/example.com/dedicated"] == ":NoExecute"

@@ -71,7 +71,6 @@ FLANNEL_VXLAN_PORT = 8472
 KUBELET_PORT = 10250
 ETCD_PORTS = (2379, 2380)
 AUTO_DISCOVERY_TAG = "k8s.io/cluster-autoscaler/enabled"
-SERVER_DISK_GIB_MIN = 50
 
 
 def aws_k3s_traits(spec: ClusterSpec) -> PlatformTraits:
@@ -99,7 +98,8 @@ def agent_labels(pool: GpuPool) -> dict[str, str]:
 
 
 def agent_taints(pool: GpuPool) -> list[str]:
-    return [f"{t.key}={t.value}:{t.effect}" for t in pool.taints]
+    """k3s `node-taint` strings: key=value:Effect, or key:Effect for a taint without a value."""
+    return [f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in pool.taints]
 
 
 def asg_tags(cluster_name: str, pool: GpuPool, cluster_unneeded_time: str) -> dict[str, str]:
@@ -427,7 +427,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                     http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
                 ),
                 root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
-                    volume_size=max(spec.system_pool.disk_size_gib, SERVER_DISK_GIB_MIN),
+                    volume_size=spec.system_pool.disk_size_gib,
                     volume_type="gp3",
                     encrypted=True,
                 ),
