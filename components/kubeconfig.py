@@ -7,9 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def exec_kubeconfig(cluster_name: str, server: str, ca_data: str, exec_config: Mapping[str, Any]) -> str:
-    """A one-cluster kubeconfig whose user runs a credential plugin (`exec_config`), so the file never
-    holds a credential itself and does not change when tokens rotate."""
+def _kubeconfig(cluster_name: str, server: str, ca_data: str, user: Mapping[str, Any]) -> str:
     return json.dumps(
         {
             "apiVersion": "v1",
@@ -19,14 +17,20 @@ def exec_kubeconfig(cluster_name: str, server: str, ca_data: str, exec_config: M
             ],
             "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
             "current-context": cluster_name,
-            "users": [
-                {
-                    "name": cluster_name,
-                    "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", **exec_config}},
-                }
-            ],
+            "users": [{"name": cluster_name, "user": dict(user)}],
         },
         indent=2,
+    )
+
+
+def exec_kubeconfig(cluster_name: str, server: str, ca_data: str, exec_config: Mapping[str, Any]) -> str:
+    """A one-cluster kubeconfig whose user runs a credential plugin (`exec_config`), so the file never
+    holds a credential itself and does not change when tokens rotate."""
+    return _kubeconfig(
+        cluster_name,
+        server,
+        ca_data,
+        {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", **exec_config}},
     )
 
 
@@ -35,21 +39,6 @@ def client_certificate_kubeconfig(
 ) -> str:
     """A one-cluster kubeconfig that authenticates with a client certificate (base64 PEM fields); it holds
     a private key, so it must stay a secret."""
-    return json.dumps(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {"name": cluster_name, "cluster": {"server": server, "certificate-authority-data": ca_data}}
-            ],
-            "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
-            "current-context": cluster_name,
-            "users": [
-                {
-                    "name": cluster_name,
-                    "user": {"client-certificate-data": cert_data, "client-key-data": key_data},
-                }
-            ],
-        },
-        indent=2,
+    return _kubeconfig(
+        cluster_name, server, ca_data, {"client-certificate-data": cert_data, "client-key-data": key_data}
     )

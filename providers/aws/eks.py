@@ -9,24 +9,23 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs, cluster_scale_down_unneeded_time
+from components.autoscaler import cluster_scale_down_unneeded_time
 from components.catalog import Catalog, load_catalog
 from components.cluster import GpuCluster, PlatformTraits, platform_issues, resolve_pools
 from components.compat import DriverFacts, DriverVersion
 from components.configbase import ConfigIssue, config_path, raise_if_any
-from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.kubeconfig import exec_kubeconfig
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class
 from providers.aws import addons
-from providers.aws.autoscaling import AutoscalerIdentity, autoscaler_cloud_values
+from providers.aws.autoscaling import AutoscalerIdentity, install_gpu_addons
 from providers.aws.iam import (
     EKS_CLUSTER_POLICIES,
     EKS_NODE_POLICIES,
     role_with_policies,
     service_trust_policy,
 )
-from providers.aws.location import region_from_config
+from providers.aws.location import aws_provider, region_from_config
 from providers.aws.network import Network
 from providers.aws.nodes import (
     AL2023_NVIDIA_DRIVER_BRANCH,
@@ -239,23 +238,10 @@ def build(spec: ClusterSpec) -> GpuCluster:
     catalog = load_catalog()
     region = region_from_config()
     raise_if_any(eks_issues(spec, catalog), platform_issues(spec, EKS_TRAITS, catalog))
-    provider = aws.Provider(
-        f"{spec.name}-aws",
-        region=region,
-        default_tags=aws.ProviderDefaultTagsArgs(tags={"gpu-k8s.io/cluster": spec.name}),
-    )
+    provider = aws_provider(spec.name, region)
     eks = EksCluster(
         spec.name, EksClusterArgs(spec, region, catalog), opts=pulumi.ResourceOptions(providers=[provider])
     )
     cluster = eks.handle
-    GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator))
-    ClusterAutoscaler(
-        f"{spec.name}-autoscaler",
-        ClusterAutoscalerArgs(
-            cluster=cluster,
-            chart_version=spec.addon_versions.cluster_autoscaler,
-            cloud_values=autoscaler_cloud_values(spec.name, region),
-            identity=[eks.autoscaler_identity.association],
-        ),
-    )
+    install_gpu_addons(spec, cluster, region, identity=[eks.autoscaler_identity.association])
     return cluster

@@ -20,22 +20,20 @@ import pulumi_kubernetes as k8s
 
 from components.autoscaler import (
     SYSTEM_POOL_NAME,
-    ClusterAutoscaler,
-    ClusterAutoscalerArgs,
     cluster_scale_down_unneeded_time,
     node_template,
 )
 from components.catalog import load_catalog
 from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
 from components.configbase import ConfigIssue, config_path, raise_if_any
-from components.gpu_operator import OPERATOR_NAMESPACE, GpuOperator, GpuOperatorArgs
+from components.gpu_operator import OPERATOR_NAMESPACE
 from components.helm import helm_release
 from components.k3s.cloudinit import API_PORT, AgentNode, ServerNode, agent_cloud_config, server_cloud_config
 from components.k3s.control_plane import K3sControlPlane, k3s_traits
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class
 from providers.aws import addons
-from providers.aws.autoscaling import autoscaler_cloud_values, scale_from_zero_tags
+from providers.aws.autoscaling import install_gpu_addons, scale_from_zero_tags
 from providers.aws.iam import (
     MANAGED,
     cluster_autoscaler_policy,
@@ -43,7 +41,7 @@ from providers.aws.iam import (
     service_trust_policy,
 )
 from providers.aws.k3s_bootstrap import aws_node_bootstrap, read_secrets_policy
-from providers.aws.location import region_from_config
+from providers.aws.location import aws_provider, region_from_config
 from providers.aws.network import Network
 from providers.aws.nodes import cpu_arch
 
@@ -526,23 +524,11 @@ def build(spec: ClusterSpec) -> GpuCluster:
     traits = aws_k3s_traits(spec)
     raise_if_any(aws_k3s_issues(spec), platform_issues(spec, traits, catalog))
     pools = resolve_pools(spec, catalog, traits.accelerator_label)
-    provider = aws.Provider(
-        f"{spec.name}-aws",
-        region=region,
-        default_tags=aws.ProviderDefaultTagsArgs(tags={"gpu-k8s.io/cluster": spec.name}),
-    )
+    provider = aws_provider(spec.name, region)
     cluster = AwsK3sCluster(
         spec.name,
         AwsK3sClusterArgs(spec, region, traits, pools),
         opts=pulumi.ResourceOptions(providers=[provider]),
     ).handle
-    GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator))
-    ClusterAutoscaler(
-        f"{spec.name}-autoscaler",
-        ClusterAutoscalerArgs(
-            cluster=cluster,
-            chart_version=spec.addon_versions.cluster_autoscaler,
-            cloud_values=autoscaler_cloud_values(spec.name, region),
-        ),
-    )
+    install_gpu_addons(spec, cluster, region)
     return cluster

@@ -1,8 +1,10 @@
-"""Where an AWS stack lives: the provider's region, required before anything is planned."""
+"""Where an AWS stack lives: the provider's region, required before anything is planned, and the explicit
+provider every resource of the stack names."""
 
 from __future__ import annotations
 
 import pulumi
+import pulumi_aws as aws
 
 from components.configbase import ConfigError, ConfigIssue
 
@@ -22,3 +24,12 @@ def region_from_config() -> str:
             ]
         )
     return region
+
+
+def aws_provider(cluster_name: str, region: str) -> aws.Provider:
+    """The stack's AWS provider; every resource it makes carries the cluster's tag."""
+    return aws.Provider(
+        f"{cluster_name}-aws",
+        region=region,
+        default_tags=aws.ProviderDefaultTagsArgs(tags={"gpu-k8s.io/cluster": cluster_name}),
+    )
