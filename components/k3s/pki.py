@@ -83,7 +83,6 @@ class ClusterIdentity:
 
     root_cert_pem: pulumi.Output[str]
     server_ca_bundle: pulumi.Output[str]
-    client_ca_cert_pem: pulumi.Output[str]
     admin_cert_pem: pulumi.Output[str]
     admin_key_pem: pulumi.Output[str]
     server_token: pulumi.Output[str]
@@ -144,7 +143,6 @@ class K3sPki(pulumi.ComponentResource):
         self.identity = ClusterIdentity(
             root_cert_pem=root_pem,
             server_ca_bundle=pulumi.Output.concat(leaf_certs["server-ca"], root_pem),
-            client_ca_cert_pem=leaf_certs["client-ca"],
             admin_cert_pem=pulumi.Output.concat(admin_cert, leaf_certs["client-ca"]),
             admin_key_pem=pulumi.Output.secret(admin_key.private_key_pem),
             server_token=pulumi.Output.secret(
