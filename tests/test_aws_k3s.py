@@ -207,7 +207,8 @@ def test_servers_are_private_imdsv2_encrypted_with_stable_addresses(aws_k3s):
         kubeconfig(aws_k3s)["clusters"][0]["cluster"]["server"].removeprefix("https://").removesuffix(":6443")
     )
     assert api_host.endswith(".elb.us-east-1.amazonaws.com")
-    for index, server in enumerate(servers):
+    for index in range(len(servers)):
+        server = aws_k3s.by_name(f"ml-server-{index}")
         inputs = server.inputs
         assert inputs["metadataOptions"]["httpTokens"] == "required"
         assert inputs["rootBlockDevice"]["encrypted"] is True
@@ -495,3 +496,13 @@ def test_taints_without_a_value_render_as_key_and_effect(aws_k3s_config):
     assert node["node-taint"] == ["nvidia.com/gpu=true:NoSchedule", "example.com/dedicated:NoExecute"]
     tags = {t["key"]: t["value"] for t in rec.by_name("ml-gpu-l4-asg").inputs["tags"]}
     assert tags["k8s.io/cluster-autoscaler/node-template/taint/example.com/dedicated"] == ":NoExecute"
+
+
+def test_nodes_boot_only_after_their_secret_and_permission_exist(aws_k3s):
+    """A node reads its bootstrap secret once, at first boot."""
+    for server in aws_k3s.by_type("aws:ec2/instance:Instance"):
+        assert aws_k3s.by_name("ml-servers-bootstrap-value").urn in server.dependencies
+        assert aws_k3s.by_name("ml-server-read-secrets").urn in server.dependencies
+    for group in aws_k3s.by_type(ASG):
+        assert aws_k3s.by_name("ml-agents-bootstrap-value").urn in group.dependencies
+        assert aws_k3s.by_name("ml-agent-read-secrets").urn in group.dependencies

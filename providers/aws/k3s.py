@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -201,8 +201,8 @@ class AwsK3sCluster(pulumi.ComponentResource):
         )
         api_host = load_balancer.dns_name
         control_plane = K3sControlPlane(f"{name}-control-plane", spec.name, api_host, opts=child)
-        server_secret = self._secret(name, "servers", control_plane.server_secret)
-        agent_secret = self._secret(name, "agents", control_plane.agent_secret)
+        server_secret, server_secret_value = self._secret(name, "servers", control_plane.server_secret)
+        agent_secret, agent_secret_value = self._secret(name, "agents", control_plane.agent_secret)
 
         server_role = role_with_policies(
             f"{name}-server",
@@ -211,13 +211,23 @@ class AwsK3sCluster(pulumi.ComponentResource):
             parent=self,
             inline_policy=cluster_autoscaler_policy(spec.name),
         )
-        self._reads_secrets(f"{name}-server", server_role, [server_secret, agent_secret])
+        server_reads = self._reads_secrets(f"{name}-server", server_role, [server_secret, agent_secret])
         agent_role = role_with_policies(
             f"{name}-agent", service_trust_policy("ec2.amazonaws.com"), NODE_POLICIES, parent=self
         )
-        self._reads_secrets(f"{name}-agent", agent_role, [agent_secret])
+        agent_reads = self._reads_secrets(f"{name}-agent", agent_role, [agent_secret])
 
-        servers = self._servers(name, spec, network, groups, server_role, server_secret, api_host)
+        # A node reads its secret once, at first boot: the value and the permission must exist by then.
+        servers = self._servers(
+            name,
+            spec,
+            network,
+            groups,
+            server_role,
+            server_secret,
+            api_host,
+            boot_after=[server_secret_value, server_reads],
+        )
         first_server_url = pulumi.Output.format("https://{0}:{1}", servers[0].interface.private_ip, API_PORT)
         target_group = aws.lb.TargetGroup(
             f"{name}-api-targets",
@@ -262,6 +272,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 agent_secret,
                 first_server_url,
                 unneeded,
+                boot_after=[agent_secret_value, agent_reads],
             )
 
         k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=control_plane.kubeconfig, opts=child)
@@ -339,7 +350,9 @@ class AwsK3sCluster(pulumi.ComponentResource):
         _egress_anywhere(f"{name}-servers-egress", servers, self)
         return SecurityGroups(nodes=nodes, servers=servers, api=api)
 
-    def _secret(self, name: str, audience: str, payload: pulumi.Output[str]) -> aws.secretsmanager.Secret:
+    def _secret(
+        self, name: str, audience: str, payload: pulumi.Output[str]
+    ) -> tuple[aws.secretsmanager.Secret, aws.secretsmanager.SecretVersion]:
         child = pulumi.ResourceOptions(parent=self)
         secret = aws.secretsmanager.Secret(
             f"{name}-{audience}-bootstrap",
@@ -348,10 +361,10 @@ class AwsK3sCluster(pulumi.ComponentResource):
             recovery_window_in_days=0,
             opts=child,
         )
-        aws.secretsmanager.SecretVersion(
+        value = aws.secretsmanager.SecretVersion(
             f"{name}-{audience}-bootstrap-value", secret_id=secret.id, secret_string=payload, opts=child
         )
-        return secret
+        return secret, value
 
     def _reads_secrets(
         self, name: str, role: aws.iam.Role, secrets: list[aws.secretsmanager.Secret]
@@ -374,6 +387,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         role: aws.iam.Role,
         secret: aws.secretsmanager.Secret,
         api_host: pulumi.Output[str],
+        boot_after: Sequence[pulumi.Resource],
     ) -> list[Server]:
         """The servers, each behind a network interface of its own: its address outlives the instance, so
         agents and the load balancer keep pointing at it when a server is replaced."""
@@ -432,7 +446,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 user_data=user_data,
                 tags={"Name": f"{spec.name}-server-{index}"},
                 # A new Ubuntu release must not replace a running server; new servers take the current one.
-                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["ami"]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(boot_after), ignore_changes=["ami"]),
             )
             servers.append(Server(interface, instance))
         return servers
@@ -448,6 +462,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         secret: aws.secretsmanager.Secret,
         server_url: pulumi.Output[str],
         cluster_unneeded_time: str,
+        boot_after: Sequence[pulumi.Resource],
     ) -> aws.autoscaling.Group:
         """A launch template and an Auto Scaling group from zero to maxNodes for one GPU pool."""
         child = pulumi.ResourceOptions(parent=self)
@@ -513,7 +528,9 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 for key, value in sorted(asg_tags(spec.name, pool, cluster_unneeded_time).items())
             ],
             # The autoscaler owns the size.
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["desiredCapacity"]),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=list(boot_after), ignore_changes=["desiredCapacity"]
+            ),
         )
 
 
