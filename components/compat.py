@@ -361,23 +361,27 @@ def _cuda_driver_issues(
     return [], []
 
 
+def _unconfirmed(issue: ConfigIssue, why: str, how_to_check: str) -> ConfigIssue:
+    """A requirement the platform's driver facts cannot settle, turned into a warning that says why and
+    how to check it."""
+    return ConfigIssue(issue.path, issue.value, issue.problem + why, f"{how_to_check}{issue.fix}")
+
+
 def _unknown(issue: ConfigIssue) -> ConfigIssue:
-    """The warning for a requirement on a driver the platform chooses only when a node starts."""
-    return ConfigIssue(
-        issue.path,
-        issue.value,
-        issue.problem + "; which driver that is cannot be known before a node runs",
-        f"check `nvidia-smi` on the first node, or {issue.fix}",
+    """For a driver the platform chooses only when a node starts."""
+    return _unconfirmed(
+        issue,
+        "; which driver that is cannot be known before a node runs",
+        "check `nvidia-smi` on the first node, or ",
     )
 
 
 def _unsure(issue: ConfigIssue) -> ConfigIssue:
-    """The warning for a same-branch minimum that a driver stated only by its branch may miss."""
-    return ConfigIssue(
-        issue.path,
-        issue.value,
-        issue.problem + " (the platform states only the branch, so the patch level is unconfirmed)",
-        f"check the node image's release notes for its exact driver, {issue.fix}",
+    """For a same-branch minimum that a driver stated only by its branch may miss."""
+    return _unconfirmed(
+        issue,
+        " (the platform states only the branch, so the patch level is unconfirmed)",
+        "check the node image's release notes for its exact driver, ",
     )
 
 

@@ -68,6 +68,14 @@ def _quoted(key: str, example: str) -> BeforeValidator:
 CudaRelease = Annotated[str | None, _quoted("cuda", "12.8")]
 
 
+# How the EKS and GKE APIs spell a taint effect.
+TAINT_EFFECT_API_NAMES = {
+    "NoSchedule": "NO_SCHEDULE",
+    "PreferNoSchedule": "PREFER_NO_SCHEDULE",
+    "NoExecute": "NO_EXECUTE",
+}
+
+
 class TaintSpec(StrictModel):
     """A Kubernetes taint added to every node of a pool (and to its scale-from-zero template)."""
 

@@ -128,8 +128,17 @@ def set_path(path: str, value: Any) -> Mutation:
     return mutate
 
 
-def delete_key(key: str) -> Mutation:
-    return lambda cluster: cluster.pop(key)
+def delete_key(path: str) -> Mutation:
+    """A mutation that removes a dotted path (list indexes as numbers) from the cluster config."""
+
+    def mutate(cluster: dict[str, Any]) -> None:
+        *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+        node: Any = cluster
+        for part in parents:
+            node = node[part]
+        node.pop(last)
+
+    return mutate
 
 
 def assert_refused_before_any_resource(
@@ -169,3 +178,13 @@ def venv_tool(name: str) -> str:
     found = str(beside) if beside.is_file() else shutil.which(name)
     assert found, f"{name} is not installed; run `make test` (it installs the dev dependencies)"
     return found
+
+
+def user_data_files(user_data: str) -> dict[str, str]:
+    """The files a #cloud-config writes, by path."""
+    return {entry["path"]: entry["content"] for entry in yaml.safe_load(user_data)["write_files"]}
+
+
+def node_drop_in(bootstrap_script: str) -> dict[str, Any]:
+    """The k3s node settings the first-boot script writes (its NODE_CONFIG here-document)."""
+    return yaml.safe_load(bootstrap_script.split("<<NODE_CONFIG\n", 1)[1].split("\nNODE_CONFIG\n", 1)[0])

@@ -22,7 +22,13 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from components.k3s import cloudinit
 from providers.aws import k3s as aws_k3s_module
 from providers.aws.files import fetch_secret
-from tests.conftest import assert_refused_before_any_resource, set_path, upstream_yaml
+from tests.conftest import (
+    assert_refused_before_any_resource,
+    node_drop_in,
+    set_path,
+    upstream_yaml,
+    user_data_files,
+)
 from tests.test_contracts import serious_findings, unknown_values
 from tools.engine import Recording, Secret, run_program
 
@@ -31,10 +37,6 @@ INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
 EGRESS = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
 # The CAs k3s signs with (k3s docs, cli/certificate.md), written out here rather than read from the code.
 LEAF = ("server-ca", "client-ca", "request-header-ca", "etcd/peer-ca", "etcd/server-ca")
-
-
-def user_data_files(text: str) -> dict[str, str]:
-    return {entry["path"]: entry["content"] for entry in yaml.safe_load(text)["write_files"]}
 
 
 def agent_user_data(rec: Recording, pool: str) -> str:
@@ -261,7 +263,7 @@ def test_gpu_pools_are_asgs_from_zero_with_template_tags_matching_the_pool(aws_k
 def test_agent_labels_in_user_data_match_the_template_tags(aws_k3s):
     for pool in ("l4", "h100"):
         script = user_data_files(agent_user_data(aws_k3s, pool))[cloudinit.BOOTSTRAP_FILE]
-        node = yaml.safe_load(script.split("<<NODE_CONFIG\n", 1)[1].split("\nNODE_CONFIG\n", 1)[0])
+        node = node_drop_in(script)
         tags = {t["key"]: t["value"] for t in aws_k3s.by_name(f"ml-gpu-{pool}-asg").inputs["tags"]}
         prefix = "k8s.io/cluster-autoscaler/node-template/label/"
         templated = {key.removeprefix(prefix): value for key, value in tags.items() if key.startswith(prefix)}
@@ -313,7 +315,7 @@ def test_iam_documents_pass_parliament(aws_k3s):
 
 def test_chart_values_exist_in_the_pinned_charts(aws_k3s):
     ebs = aws_k3s.by_name("ml-ebs-csi").inputs
-    assert ebs["version"] == aws_k3s.by_name("ml-ebs-csi").inputs["version"] == "2.64.0"
+    assert ebs["version"] == "2.64.0"
     assert unknown_values(ebs["values"], upstream_yaml("aws-ebs-csi-driver/2.64.0/values.yaml")) == []
     nth = aws_k3s.by_name("ml-termination-handler").inputs
     assert nth["version"] == "0.27.6"
@@ -491,7 +493,7 @@ def test_taints_without_a_value_render_as_key_and_effect(aws_k3s_config):
     ]
     rec = run_program("taints", config)
     script = user_data_files(agent_user_data(rec, "l4"))[cloudinit.BOOTSTRAP_FILE]
-    node = yaml.safe_load(script.split("<<NODE_CONFIG\n", 1)[1].split("\nNODE_CONFIG\n", 1)[0])
+    node = node_drop_in(script)
     assert node["node-taint"] == ["nvidia.com/gpu=true:NoSchedule", "example.com/dedicated:NoExecute"]
     tags = {t["key"]: t["value"] for t in rec.by_name("ml-gpu-l4-asg").inputs["tags"]}
     assert tags["k8s.io/cluster-autoscaler/node-template/taint/example.com/dedicated"] == ":NoExecute"

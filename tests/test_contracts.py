@@ -665,14 +665,16 @@ def test_gke_api_check_catches_unknown_fields_and_values(gke_schemas):
 
 def test_gke_enums_we_offer_in_the_config_are_the_apis(gke_schemas):
     """The config's own choices map onto the API's enums (all of them, not only the example's)."""
-    from components.spec import GkeSpec
-    from providers.gcp.gke import DRIVER_CHANNEL, TAINT_EFFECTS
+    from components.spec import TAINT_EFFECT_API_NAMES, GkeSpec
+    from providers.gcp.gke import DRIVER_CHANNEL
 
     channels = GkeSpec.model_fields["release_channel"].annotation.__args__  # type: ignore[union-attr]
     assert set(channels) <= set(gke_schemas["ReleaseChannel"]["properties"]["channel"]["enum"])
     driver_enum = gke_schemas["GPUDriverInstallationConfig"]["properties"]["gpuDriverVersion"]["enum"]
     assert set(DRIVER_CHANNEL.values()) <= set(driver_enum)
-    assert set(TAINT_EFFECTS.values()) <= set(gke_schemas["NodeTaint"]["properties"]["effect"]["enum"])
+    assert set(TAINT_EFFECT_API_NAMES.values()) <= set(
+        gke_schemas["NodeTaint"]["properties"]["effect"]["enum"]
+    )
 
 
 def test_gke_sharing_is_left_to_the_gpu_operator(gcp_gke, gke_schemas):

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from components.catalog import load_catalog
-from components.spec import load_spec
+from components.spec import load_spec, pool_machine
 from providers.gcp.gke import NO_GKE_DEVICE_PLUGIN_LABEL
-from tests.conftest import Mutation, assert_refused_before_any_resource, set_path
+from tests.conftest import Mutation, assert_refused_before_any_resource, delete_key, set_path
 from tools.engine import Recording, Registration, Secret, run_program
 
 NODE_POOL = "gcp:container/nodePool:NodePool"
@@ -316,20 +316,15 @@ def test_latest_driver_channel_and_hyperdisk_for_series_without_pd(gcp_gke_confi
 def test_a_valid_n1_attachment_resolves_to_the_catalog_gpu(gcp_gke_config):
     spec = load_spec(gcp_gke_config["gpu-k8s:cluster"])
     (t4,) = [pool for pool in spec.gpu_pools if pool.name == "t4"]
-    assert t4.accelerator is not None and (t4.accelerator.type, t4.accelerator.count) == (
-        "nvidia-tesla-t4",
+    machine = pool_machine("gcp", t4, load_catalog())
+    assert machine is not None and machine.gpu_model is not None
+    # n1-standard-8: 8 vCPUs at 3.75 GB each, two attached T4s.
+    assert (machine.gpu_model.id, machine.gpu_count, machine.vcpu, machine.memory_gib) == (
+        "nvidia-t4",
         2,
+        8,
+        30.0,
     )
-
-
-def delete_key_at(path: str, key: str) -> Mutation:
-    def mutate(cluster: dict[str, Any]) -> None:
-        node: Any = cluster
-        for part in path.split("."):
-            node = node[int(part)] if part.isdigit() else node[part]
-        node.pop(key)
-
-    return mutate
 
 
 # (id, mutation, YAML path named in the error, words the message must contain)
@@ -374,7 +369,7 @@ BAD_GKE_INPUTS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
     ),
     (
         "n1-without-gpus",
-        delete_key_at("gpuPools.2", "accelerator"),
+        delete_key("gpuPools.2.accelerator"),
         "gpuPools[2].accelerator",
         ("n1-standard-8 has no GPU of its own", "nvidia-tesla-t4"),
     ),
@@ -392,7 +387,7 @@ BAD_GKE_INPUTS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
     ),
     (
         "zones-missing",
-        delete_key_at("network", "zones"),
+        delete_key("network.zones"),
         "network.zones",
         ("zones their nodes run in", "us-central1-a"),
     ),
@@ -428,7 +423,7 @@ BAD_GKE_INPUTS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
     ),
     (
         "services-range-missing",
-        delete_key_at("network", "servicesCidr"),
+        delete_key("network.servicesCidr"),
         "network.servicesCidr",
         ("required key is missing", "10.68.0.0/20"),
     ),

@@ -17,7 +17,7 @@ import yaml
 from components.k3s import cloudinit, pki
 from components.k3s.cloudinit import AgentNode, NodeBootstrap, ServerNode
 from providers.aws.k3s_bootstrap import aws_node_bootstrap
-from tests.conftest import upstream, venv_tool
+from tests.conftest import node_drop_in, upstream, user_data_files, venv_tool
 from tools import fake_tls
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -51,10 +51,6 @@ RENDERED = {
     "aws-joining-server.yaml": lambda: cloudinit.server_cloud_config(JOINING_SERVER, aws_node_bootstrap()),
     "aws-agent.yaml": lambda: cloudinit.agent_cloud_config(AGENT, aws_node_bootstrap()),
 }
-
-
-def files_of(user_data: str) -> dict[str, str]:
-    return {entry["path"]: entry["content"] for entry in yaml.safe_load(user_data)["write_files"]}
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +88,7 @@ def test_the_schema_check_catches_a_misspelt_key(cloud_config_validator):
 
 @pytest.mark.parametrize("golden", sorted(RENDERED))
 def test_every_shell_script_passes_shellcheck(golden, tmp_path: Path):
-    files = files_of(RENDERED[golden]())
+    files = user_data_files(RENDERED[golden]())
     for path in (cloudinit.BOOTSTRAP_FILE, cloudinit.NODE_FACTS_FILE):
         script = tmp_path / Path(path).name
         script.write_text(files[path])
@@ -112,9 +108,8 @@ def test_shellcheck_still_catches_an_unquoted_expansion(tmp_path: Path):
 
 
 def test_agents_set_their_provider_id_real_instance_type_zone_labels_and_taints():
-    script = files_of(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
-    node_config = script.split("<<NODE_CONFIG\n", 1)[1].split("\nNODE_CONFIG\n", 1)[0]
-    config = yaml.safe_load(node_config)
+    script = user_data_files(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
+    config = node_drop_in(script)
     assert "provider-id=${PROVIDER_ID}" in config["kubelet-arg"]
     assert {
         "node.kubernetes.io/instance-type=${INSTANCE_TYPE}",
@@ -126,20 +121,22 @@ def test_agents_set_their_provider_id_real_instance_type_zone_labels_and_taints(
     } <= set(config["node-label"])
     assert config["node-taint"] == ["nvidia.com/gpu=true:NoSchedule"]
     # The facts come from instance metadata, in the format the cluster-autoscaler parses.
-    facts = files_of(RENDERED["aws-agent.yaml"]())[cloudinit.NODE_FACTS_FILE]
+    facts = user_data_files(RENDERED["aws-agent.yaml"]())[cloudinit.NODE_FACTS_FILE]
     assert 'PROVIDER_ID="aws:///$ZONE/$(imds instance-id)"' in facts
     assert "X-aws-ec2-metadata-token" in facts
 
 
 def test_agents_wait_for_the_server_boundedly_before_installing():
-    script = files_of(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
+    script = user_data_files(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
     wait, install = script.index("/cacerts"), script.index("INSTALL_K3S_EXEC=agent")
     assert wait < install
     assert f"-eq {cloudinit.JOIN_ATTEMPTS}" in script and "exit 1" in script
 
 
 def test_server_config_is_hardened_and_reads_tokens_from_files():
-    config = yaml.safe_load(files_of(RENDERED["aws-server.yaml"]())[f"{cloudinit.CONFIG_DIR}/config.yaml"])
+    config = yaml.safe_load(
+        user_data_files(RENDERED["aws-server.yaml"]())[f"{cloudinit.CONFIG_DIR}/config.yaml"]
+    )
     assert config["token-file"] == cloudinit.TOKEN_FILE
     assert config["agent-token-file"] == cloudinit.AGENT_TOKEN_FILE
     assert config["tls-san"] == list(SERVER.tls_sans)
@@ -150,13 +147,13 @@ def test_server_config_is_hardened_and_reads_tokens_from_files():
     assert f"audit-policy-file={cloudinit.AUDIT_POLICY_FILE}" in apiserver
     assert f"admission-control-config-file={cloudinit.ADMISSION_CONFIG_FILE}" in apiserver
     joining = yaml.safe_load(
-        files_of(RENDERED["aws-joining-server.yaml"]())[f"{cloudinit.CONFIG_DIR}/config.yaml"]
+        user_data_files(RENDERED["aws-joining-server.yaml"]())[f"{cloudinit.CONFIG_DIR}/config.yaml"]
     )
     assert joining["server"] == JOINING_SERVER.join_url and "cluster-init" not in joining
 
 
 def test_kernel_settings_are_applied_before_k3s_starts():
-    files = files_of(RENDERED["aws-server.yaml"]())
+    files = user_data_files(RENDERED["aws-server.yaml"]())
     assert files[cloudinit.SYSCTL_FILE].splitlines() == [
         f"{k}={v}" for k, v in cloudinit.KUBELET_SYSCTLS.items()
     ]
@@ -165,7 +162,9 @@ def test_kernel_settings_are_applied_before_k3s_starts():
 
 
 def test_pod_security_exempts_the_gpu_operator_and_kube_system():
-    admission = yaml.safe_load(files_of(RENDERED["aws-server.yaml"]())[cloudinit.ADMISSION_CONFIG_FILE])
+    admission = yaml.safe_load(
+        user_data_files(RENDERED["aws-server.yaml"]())[cloudinit.ADMISSION_CONFIG_FILE]
+    )
     configuration = admission["plugins"][0]["configuration"]
     assert configuration["exemptions"]["namespaces"] == ["gpu-operator", "kube-system"]
     assert configuration["defaults"]["enforce"] == "baseline"
@@ -173,7 +172,7 @@ def test_pod_security_exempts_the_gpu_operator_and_kube_system():
 
 
 def test_install_script_is_pinned_to_the_release_tag():
-    script = files_of(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
+    script = user_data_files(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
     assert "https://raw.githubusercontent.com/k3s-io/k3s/v1.36.3%2Bk3s1/install.sh" in script
     assert "INSTALL_K3S_VERSION=v1.36.3+k3s1" in script
     assert "get.k3s.io" not in script
@@ -254,6 +253,6 @@ def test_server_tls_files_put_the_root_behind_every_ca():
 
 def test_node_bootstrap_is_whatever_the_provider_supplies():
     custom = NodeBootstrap(node_facts_sh="export PROVIDER_ID=x\n", fetch_secret_py="print('x')\n")
-    files = files_of(cloudinit.agent_cloud_config(AGENT, custom))
+    files = user_data_files(cloudinit.agent_cloud_config(AGENT, custom))
     assert files[cloudinit.NODE_FACTS_FILE] == custom.node_facts_sh
     assert files[cloudinit.FETCH_FILE] == custom.fetch_secret_py

@@ -21,6 +21,8 @@ from components.spec import ClusterSpec
 from providers.aws.iam import cluster_autoscaler_policy, pod_identity_trust_policy, role_with_policies
 
 TEMPLATE_PREFIX = "k8s.io/cluster-autoscaler/node-template"
+# The label the autoscaler's AWS provider reads as "this node has GPUs" (cloudprovider/aws, REFERENCE.md 5.3).
+ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
 
 
 def scale_from_zero_tags(template: NodeTemplate) -> dict[str, str]:

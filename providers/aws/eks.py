@@ -18,7 +18,7 @@ from components.kubeconfig import exec_kubeconfig
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class
 from providers.aws import addons
-from providers.aws.autoscaling import AutoscalerIdentity, install_gpu_addons
+from providers.aws.autoscaling import ACCELERATOR_LABEL, AutoscalerIdentity, install_gpu_addons
 from providers.aws.iam import (
     EKS_CLUSTER_POLICIES,
     EKS_NODE_POLICIES,
@@ -47,7 +47,7 @@ AUTONAME_SUFFIX = 8
 EKS_TRAITS = PlatformTraits(
     driver=DriverFacts(owner="node-image", version=DriverVersion.parse(AL2023_NVIDIA_DRIVER_BRANCH)),
     toolkit_preinstalled=True,
-    accelerator_label="k8s.amazonaws.com/accelerator",
+    accelerator_label=ACCELERATOR_LABEL,
 )
 
 

@@ -33,7 +33,7 @@ from components.k3s.control_plane import K3sControlPlane, k3s_traits
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class
 from providers.aws import addons
-from providers.aws.autoscaling import install_gpu_addons, scale_from_zero_tags
+from providers.aws.autoscaling import ACCELERATOR_LABEL, install_gpu_addons, scale_from_zero_tags
 from providers.aws.iam import (
     MANAGED,
     cluster_autoscaler_policy,
@@ -45,7 +45,6 @@ from providers.aws.location import aws_provider, region_from_config
 from providers.aws.network import Network
 from providers.aws.nodes import cpu_arch
 
-ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
 CAPACITY_LABEL = "gpu-k8s.io/capacity-type"
 # Canonical's public SSM parameters for the current Ubuntu 24.04 LTS server AMI (parameter scheme from
 # Canonical's "Finding Ubuntu images with the AWS SSM Parameter Store"; the ebs-gp3 volume type of 24.04
@@ -69,10 +68,6 @@ FLANNEL_VXLAN_PORT = 8472
 KUBELET_PORT = 10250
 ETCD_PORTS = (2379, 2380)
 AUTO_DISCOVERY_TAG = "k8s.io/cluster-autoscaler/enabled"
-
-
-def aws_k3s_traits(spec: ClusterSpec) -> PlatformTraits:
-    return k3s_traits(spec, ACCELERATOR_LABEL)
 
 
 def aws_k3s_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
@@ -538,7 +533,7 @@ def build(spec: ClusterSpec) -> GpuCluster:
     """Everything `pulumi up -s aws-k3s` creates; validation runs before the first resource."""
     catalog = load_catalog()
     region = region_from_config()
-    traits = aws_k3s_traits(spec)
+    traits = k3s_traits(spec, ACCELERATOR_LABEL)
     raise_if_any(aws_k3s_issues(spec), platform_issues(spec, traits, catalog))
     pools = resolve_pools(spec, catalog, traits.accelerator_label)
     provider = aws_provider(spec.name, region)

@@ -13,7 +13,7 @@ import pulumi_aws as aws
 from components.autoscaler import SYSTEM_POOL_NAME, node_template
 from components.catalog import MachineType
 from components.cluster import POOL_LABEL, GpuPool
-from components.spec import SystemPoolSpec, TaintSpec
+from components.spec import TAINT_EFFECT_API_NAMES, SystemPoolSpec, TaintSpec
 from providers.aws.autoscaling import scale_from_zero_tags
 
 # Families the EKS-optimized AL2023 NVIDIA AMIs cover (EKS user guide, ml-eks-optimized-ami; REFERENCE 3.1).
@@ -46,12 +46,6 @@ ROOT_DEVICE = "/dev/xvda"
 # EC2 naming: Graviton families carry a "g" right after the generation digit (m7g, c8gd, r7gn).
 _GRAVITON_FAMILY = re.compile(r"^[a-z]+\d+g[a-z]*\.")
 
-TAINT_EFFECTS = {
-    "NoSchedule": "NO_SCHEDULE",
-    "NoExecute": "NO_EXECUTE",
-    "PreferNoSchedule": "PREFER_NO_SCHEDULE",
-}
-
 
 def gpu_ami_type(machine: MachineType) -> str:
     """The EKS AMI type for a GPU instance type: AL2023 with the NVIDIA driver and container toolkit."""
@@ -69,7 +63,7 @@ def system_ami_type(instance_type: str) -> str:
 
 def eks_taints(taints: Sequence[TaintSpec]) -> list[aws.eks.NodeGroupTaintArgs]:
     return [
-        aws.eks.NodeGroupTaintArgs(key=t.key, value=t.value or None, effect=TAINT_EFFECTS[t.effect])
+        aws.eks.NodeGroupTaintArgs(key=t.key, value=t.value or None, effect=TAINT_EFFECT_API_NAMES[t.effect])
         for t in taints
     ]
 

@@ -18,7 +18,14 @@ from components.compat import DriverFacts
 from components.configbase import ConfigIssue, config_path, raise_if_any
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.kubeconfig import exec_kubeconfig
-from components.spec import ClusterSpec, GkeSpec, SystemPoolSpec, TaintSpec, pool_child_name
+from components.spec import (
+    TAINT_EFFECT_API_NAMES,
+    ClusterSpec,
+    GkeSpec,
+    SystemPoolSpec,
+    TaintSpec,
+    pool_child_name,
+)
 from components.storage import default_storage_class, default_storage_class_manifest
 from providers.gcp.iam import KMS_ENCRYPTER, NodeServiceAccount, gke_service_agent
 from providers.gcp.location import project_and_region, zone_issues
@@ -33,11 +40,6 @@ GKE_NVIDIA_DIR = "/home/kubernetes/bin/nvidia"
 RUNTIME_CONFIG_FROM_FILE_SINCE = (1, 33)
 NODE_IMAGE = "COS_CONTAINERD"
 NODE_OAUTH_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
-TAINT_EFFECTS = {
-    "NoSchedule": "NO_SCHEDULE",
-    "PreferNoSchedule": "PREFER_NO_SCHEDULE",
-    "NoExecute": "NO_EXECUTE",
-}
 LOGGED_COMPONENTS = ("SYSTEM_COMPONENTS", "APISERVER", "CONTROLLER_MANAGER", "SCHEDULER", "WORKLOADS")
 MONITORED_COMPONENTS = ("SYSTEM_COMPONENTS",)
 BALANCED_PD = "pd-balanced"
@@ -220,7 +222,9 @@ def render_kubeconfig(cluster_name: str, endpoint: str, ca_data: str) -> str:
 
 def gke_taints(taints: Iterable[TaintSpec]) -> list[gcp.container.NodePoolNodeConfigTaintArgs]:
     return [
-        gcp.container.NodePoolNodeConfigTaintArgs(key=t.key, value=t.value, effect=TAINT_EFFECTS[t.effect])
+        gcp.container.NodePoolNodeConfigTaintArgs(
+            key=t.key, value=t.value, effect=TAINT_EFFECT_API_NAMES[t.effect]
+        )
         for t in taints
     ]
 
