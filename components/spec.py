@@ -14,7 +14,7 @@ import ipaddress
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError
@@ -124,6 +124,19 @@ NETWORK_KEYS = {
         "servicesRangeName",
     },
 }
+# On k3s, flannel gives pods and services addresses of its own (k3s defaults, docs/cli/server.md): the VPC
+# needs no ranges for them, and its own must not overlap them.
+K3S_CLUSTER_CIDR = "10.42.0.0/16"
+K3S_SERVICE_CIDR = "10.43.0.0/16"
+_VPC_NATIVE_KEYS = {"podsCidr", "servicesCidr", "podsRangeName", "servicesRangeName"}
+
+
+def network_keys(cloud: Cloud, kind: str) -> set[str]:
+    """The network keys that mean something for this platform (YAML names)."""
+    keys = NETWORK_KEYS[cloud]
+    return keys - _VPC_NATIVE_KEYS if kind == "k3s" else keys
+
+
 GCP_ZONE = re.compile(r"^([a-z]+-[a-z]+\d+)-[a-z]$")
 
 
@@ -312,17 +325,42 @@ def _label_value_issue(path: str, value: str) -> ConfigIssue | None:
 def _network_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
     net = spec.network
     set_keys = {NetworkSpec.model_fields[f].alias or f for f in net.model_fields_set}
-    foreign = sorted(set_keys - NETWORK_KEYS[spec.cloud])
+    allowed = network_keys(spec.cloud, spec.kind)
+    foreign = sorted(set_keys - allowed)
     for key in foreign:
+        if spec.kind == "k3s" and key in _VPC_NATIVE_KEYS:
+            problem = f"k3s gives pods and services addresses itself ({K3S_CLUSTER_CIDR}, {K3S_SERVICE_CIDR})"
+        else:
+            problem = f"not a network setting on {spec.cloud}"
         yield ConfigIssue(
             config_path("network", key),
             getattr(net, _field(key)),
-            f"not a network setting on {spec.cloud}",
-            f"{spec.cloud} network keys: {', '.join(sorted(NETWORK_KEYS[spec.cloud]))}",
+            problem,
+            f"{spec.cloud}/{spec.kind} network keys: {', '.join(sorted(allowed))}",
         )
     if foreign:
         return
-    yield from (_aws_network_issues if spec.cloud == "aws" else _gcp_network_issues)(net)
+    if spec.cloud == "aws":
+        yield from _aws_network_issues(net)
+    else:
+        yield from _gcp_network_issues(net, vpc_native=spec.kind != "k3s")
+    if spec.kind == "k3s":
+        yield from _k3s_overlay_issues(net)
+
+
+def _k3s_overlay_issues(net: NetworkSpec) -> Iterable[ConfigIssue]:
+    """A VPC range that overlaps k3s's pod or service range makes those addresses unreachable."""
+    if net.cidr is None or _cidr_issue("", net.cidr) is not None:
+        return
+    vpc = ipaddress.IPv4Network(net.cidr)
+    for overlay, what in ((K3S_CLUSTER_CIDR, "pod"), (K3S_SERVICE_CIDR, "service")):
+        if vpc.overlaps(ipaddress.IPv4Network(overlay)):
+            yield ConfigIssue(
+                config_path("network", "cidr"),
+                net.cidr,
+                f"overlaps k3s's {what} range {overlay}",
+                "pick a VPC range outside 10.42.0.0/15, e.g. 10.40.0.0/16",
+            )
 
 
 def _aws_network_issues(net: NetworkSpec) -> Iterable[ConfigIssue]:
@@ -380,7 +418,8 @@ _GCP_EXISTING_SUBNET = (
 )
 
 
-def _gcp_network_issues(net: NetworkSpec) -> Iterable[ConfigIssue]:
+def _gcp_network_issues(net: NetworkSpec, vpc_native: bool) -> Iterable[ConfigIssue]:
+    """`vpc_native`: the subnet carries pod and service ranges (GKE), or only node addresses (k3s)."""
     if not net.zones:
         yield ConfigIssue(
             config_path("network", "zones"),
@@ -389,19 +428,22 @@ def _gcp_network_issues(net: NetworkSpec) -> Iterable[ConfigIssue]:
             "list zones of gcp:region that offer your GPUs, e.g. zones: [us-central1-a, us-central1-b]",
         )
     yield from _zone_issues(("network", "zones"), net.zones)
-    given = {key: getattr(net, _field(key)) for key, _ in _GCP_NEW_SUBNET + _GCP_EXISTING_SUBNET}
-    new = [key for key, _ in _GCP_NEW_SUBNET if given[key] is not None]
-    existing = [key for key, _ in _GCP_EXISTING_SUBNET if given[key] is not None]
+    new_subnet, existing_subnet = (
+        [(key, example) for key, example in keys if vpc_native or key not in _VPC_NATIVE_KEYS]
+        for keys in (_GCP_NEW_SUBNET, _GCP_EXISTING_SUBNET)
+    )
+    given = {key: getattr(net, _field(key)) for key, _ in new_subnet + existing_subnet}
+    new = [key for key, _ in new_subnet if given[key] is not None]
+    existing = [key for key, _ in existing_subnet if given[key] is not None]
     if new and existing:
         yield ConfigIssue(
             config_path("network"),
             {key: given[key] for key in new + existing},
             "a new subnet's ranges and an existing subnet's names exclude each other",
-            "set cidr, podsCidr and servicesCidr to create a subnet, or networkName, subnetworkName, "
-            "podsRangeName and servicesRangeName to use one",
+            f"set {_listed(new_subnet)} to create a subnet, or {_listed(existing_subnet)} to use one",
         )
         return
-    wanted = _GCP_EXISTING_SUBNET if existing else _GCP_NEW_SUBNET
+    wanted = existing_subnet if existing else new_subnet
     for key, example in wanted:
         if given[key] is None:
             yield ConfigIssue(
@@ -410,7 +452,7 @@ def _gcp_network_issues(net: NetworkSpec) -> Iterable[ConfigIssue]:
     if existing:
         return
     ranges = {}
-    for key, _ in _GCP_NEW_SUBNET:
+    for key, _ in new_subnet:
         if given[key] is not None:
             issue = _cidr_issue(config_path("network", key), given[key])
             if issue:
@@ -432,6 +474,11 @@ def _gcp_network_issues(net: NetworkSpec) -> Iterable[ConfigIssue]:
                 f"overlaps network.{key_a} ({a})",
                 "node, pod and service ranges must be disjoint",
             )
+
+
+def _listed(keys: Sequence[tuple[str, str]]) -> str:
+    names = [key for key, _ in keys]
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
 
 
 def _zone_issues(where: tuple[str | int, ...], zones: Iterable[str]) -> Iterable[ConfigIssue]:

@@ -17,6 +17,7 @@ REGISTRY: dict[tuple[str, str], str] = {
     ("aws", "eks"): "providers.aws.eks:build",
     ("aws", "k3s"): "providers.aws.k3s:build",
     ("gcp", "gke"): "providers.gcp.gke:build",
+    ("gcp", "k3s"): "providers.gcp.k3s:build",
 }
 
 

@@ -401,14 +401,6 @@ def test_fetcher_signs_exactly_like_botocore(monkeypatch):
     assert fetch_secret.signed_headers("us-east-1", credentials, body, now)["authorization"] != theirs
 
 
-def test_fetcher_writes_files_private(tmp_path):
-    target = tmp_path / "etc" / "token"
-    fetch_secret.write_files(json.dumps({"files": {str(target): "K10abc::node:x"}}))
-    assert target.read_text() == "K10abc::node:x"
-    assert oct(target.stat().st_mode & 0o777) == "0o600"
-    assert oct(target.parent.stat().st_mode & 0o777) == "0o700"
-
-
 # --- bad input ---
 
 BAD_K3S_INPUTS = [

@@ -130,7 +130,8 @@ def test_agents_wait_for_the_server_boundedly_before_installing():
     script = user_data_files(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
     wait, install = script.index("/cacerts"), script.index("INSTALL_K3S_EXEC=agent")
     assert wait < install
-    assert f"-eq {cloudinit.JOIN_ATTEMPTS}" in script and "exit 1" in script
+    assert script.index("retry() {") < script.index('retry "waiting for server')
+    assert f"seq 1 {cloudinit.ATTEMPTS}" in script and 'log "$1: giving up"\n  exit 1' in script
 
 
 def test_server_config_is_hardened_and_reads_tokens_from_files():

@@ -34,6 +34,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROJECT_NAME = "gpu-k8s"
 ACCOUNT = "123456789012"
 STACK_TYPE = "pulumi:pulumi:Stack"
+COMPUTE_API = "https://www.googleapis.com/compute/v1"
 
 
 @dataclass(frozen=True)
@@ -188,10 +189,45 @@ class RealisticMocks(pulumi_mocks.Mocks):
         project = outputs.get("project") or self.project
         outputs.setdefault("name", f"{name}-{_fake_hex(name, 7)}")
         kind = token.rsplit(":", 1)[1]
+        zone = outputs.get("zone")
         if kind == "Account":
             outputs["email"] = f"{outputs['accountId']}@{project}.iam.gserviceaccount.com"
             outputs["member"] = f"serviceAccount:{outputs['email']}"
-            return f"projects/{project}/serviceAccounts/{outputs['email']}"
+            outputs["name"] = f"projects/{project}/serviceAccounts/{outputs['email']}"
+            return outputs["name"]
+        if kind == "Address":
+            octets = bytes.fromhex(_fake_hex(name, 6))
+            internal = outputs.get("addressType") == "INTERNAL"
+            outputs["address"] = (
+                f"10.40.{octets[0] % 16}.{octets[1] % 250 + 4}"
+                if internal
+                else f"34.{octets[0]}.{octets[1]}.{octets[2]}"
+            )
+            return f"projects/{project}/regions/{outputs['region']}/addresses/{outputs['name']}"
+        if kind == "Secret":
+            outputs["name"] = f"projects/{project}/secrets/{outputs['secretId']}"
+            return outputs["name"]
+        if kind == "IAMCustomRole":
+            outputs["name"] = f"projects/{project}/roles/{outputs['roleId']}"
+            return outputs["name"]
+        if kind in ("Instance", "InstanceGroup", "InstanceGroupManager") and zone:
+            collection = {"Instance": "instances", "InstanceGroup": "instanceGroups"}.get(
+                kind, "instanceGroupManagers"
+            )
+            outputs["selfLink"] = (
+                f"{COMPUTE_API}/projects/{project}/zones/{zone}/{collection}/{outputs['name']}"
+            )
+            if kind == "InstanceGroupManager":
+                outputs["instanceGroup"] = (
+                    f"{COMPUTE_API}/projects/{project}/zones/{zone}/instanceGroups/{outputs['name']}"
+                )
+            return f"projects/{project}/zones/{zone}/{collection}/{outputs['name']}"
+        if kind == "InstanceTemplate":
+            outputs["selfLink"] = (
+                f"{COMPUTE_API}/projects/{project}/global/instanceTemplates/{outputs['name']}"
+            )
+            outputs["selfLinkUnique"] = f"{outputs['selfLink']}?uniqueId={int(_fake_hex(name, 12), 16)}"
+            return f"projects/{project}/global/instanceTemplates/{outputs['name']}"
         if kind == "Network":
             return f"projects/{project}/global/networks/{outputs['name']}"
         if kind in ("Subnetwork", "Router"):

@@ -2,8 +2,8 @@
 
 Nothing secret is ever in the rendered text. A node reads its secrets (CAs, keys, join tokens) from the
 cloud's secret store with its own instance identity, through a fetch script the cloud provider supplies;
-the payload lists the files to write. The provider also supplies a shell snippet that reads the node's
-facts (provider ID, instance type, zone, region) from the cloud's metadata service.
+the payload lists the files to write, and the core's writer writes them. The provider also supplies a shell
+snippet that reads the node's facts (provider ID, instance type, zone, region) from the metadata service.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -31,6 +32,11 @@ SYSCTL_FILE = "/etc/sysctl.d/90-kubelet.conf"
 LIB_DIR = "/usr/local/lib/gpu-k8s"
 NODE_FACTS_FILE = f"{LIB_DIR}/node-facts.sh"
 FETCH_FILE = f"{LIB_DIR}/fetch-secret.py"
+WRITE_SECRET_FILES_FILE = f"{LIB_DIR}/write-secret-files.py"
+WRITE_SECRET_FILES_SCRIPT = Path(__file__).parent / "files" / "write_secret_files.py"
+# Kubelet settings that have no flag go in a drop-in of k3s's kubelet config directory (k3s docs,
+# "Kubelet configuration": the recommended way, k3s >= 1.32).
+KUBELET_CONFIG_DROP_IN = f"{DATA_DIR}/agent/etc/kubelet.conf.d/20-gpu-k8s.conf"
 BOOTSTRAP_FILE = f"{LIB_DIR}/bootstrap.sh"
 INSTALL_FILE = f"{LIB_DIR}/k3s-install.sh"
 API_PORT = 6443
@@ -59,8 +65,9 @@ KUBELET_ARGS = (
 # Bundled add-ons this toolkit replaces: the cloud's CSI driver is the default storage, and nodes take no
 # host-port load balancers or ingress they were not asked for.
 DISABLED_ADDONS = ("traefik", "servicelb", "local-storage")
-# Joining nodes poll the server this many times, waiting longer each time (about 30 minutes in all).
-JOIN_ATTEMPTS = 60
+# First-boot steps that wait on something else (the server, the node's identity reaching the secret store)
+# are tried this many times, waiting longer each time (about 30 minutes in all).
+ATTEMPTS = 60
 
 PodSecurityLevel = Literal["baseline", "restricted"]
 
@@ -75,7 +82,8 @@ class NodeBootstrap:
 
     # Sourced by bash: sets PROVIDER_ID, INSTANCE_TYPE, ZONE and REGION from the metadata service.
     node_facts_sh: str
-    # Run with python3 and one argument, the secret's name: writes every file of the payload, mode 0600.
+    # Run with python3 and one argument, the secret's name: prints the secret's value (the payload) to stdout
+    # and exits non-zero, printing nothing of it, when it cannot.
     fetch_secret_py: str
 
 
@@ -106,6 +114,8 @@ class AgentNode:
     labels: Mapping[str, str]
     # "key=value:Effect" strings.
     taints: Sequence[str] = field(default_factory=tuple)
+    # KubeletConfiguration fields that have no command-line flag (e.g. graceful node shutdown).
+    kubelet_config: Mapping[str, Any] = field(default_factory=dict)
 
 
 def server_secret_payload(server_token: str, agent_token: str, tls_files: Mapping[str, str]) -> str:
@@ -232,18 +242,8 @@ def bootstrap_script(
     if wait_for is not None:
         wait = f"""
 server={shlex.quote(wait_for)}
-for attempt in $(seq 1 {JOIN_ATTEMPTS}); do
-  if curl -sk --max-time 5 -o /dev/null "$server/cacerts"; then
-    log "server $server answers"
-    break
-  fi
-  if [ "$attempt" -eq {JOIN_ATTEMPTS} ]; then
-    log "server $server did not answer after {JOIN_ATTEMPTS} attempts; giving up"
-    exit 1
-  fi
-  log "waiting for server $server (attempt $attempt of {JOIN_ATTEMPTS})"
-  sleep $((attempt < 6 ? attempt * 5 : 30))
-done
+server_answers() {{ curl -sk --max-time 5 -o /dev/null "$server/cacerts"; }}
+retry "waiting for server $server" server_answers
 """
     node_config = "\n".join(node_lines)
     prepare = f"install -d -m 0700 {AUDIT_LOG_DIR}\n" if role == "server" else ""
@@ -252,14 +252,28 @@ done
 set -euo pipefail
 exec > >(tee -a /var/log/gpu-k8s-bootstrap.log > /dev/console) 2>&1
 log() {{ echo "gpu-k8s: $*"; }}
+# retry <what> <command>: run the command until it succeeds, waiting longer each time; give up after
+# {ATTEMPTS} attempts.
+retry() {{
+  for attempt in $(seq 1 {ATTEMPTS}); do
+    if "$2"; then
+      log "$1: done"
+      return 0
+    fi
+    log "$1: attempt $attempt of {ATTEMPTS} failed"
+    sleep $((attempt < 6 ? attempt * 5 : 30))
+  done
+  log "$1: giving up"
+  exit 1
+}}
 
 log "applying the kernel settings the kubelet requires"
 sysctl --system > /dev/null
 # shellcheck source=/dev/null
 . {NODE_FACTS_FILE}
 log "node $PROVIDER_ID ($INSTANCE_TYPE in $ZONE)"
-log "reading bootstrap secrets from {secret_name}"
-python3 {FETCH_FILE} {shlex.quote(secret_name)}
+read_secrets() {{ python3 {FETCH_FILE} {shlex.quote(secret_name)} | python3 {WRITE_SECRET_FILES_FILE}; }}
+retry "reading bootstrap secrets from {secret_name}" read_secrets
 {prepare}mkdir -p "$(dirname {NODE_CONFIG})"
 cat > {NODE_CONFIG} <<NODE_CONFIG
 {node_config}
@@ -287,8 +301,13 @@ def _common_files(bootstrap: NodeBootstrap, script: str) -> list[dict[str, Any]]
         _file(SYSCTL_FILE, sysctls, "0644"),
         _file(NODE_FACTS_FILE, bootstrap.node_facts_sh, "0700"),
         _file(FETCH_FILE, bootstrap.fetch_secret_py, "0700"),
+        _file(WRITE_SECRET_FILES_FILE, WRITE_SECRET_FILES_SCRIPT.read_text(), "0700"),
         _file(BOOTSTRAP_FILE, script, "0700"),
     ]
+
+
+def kubelet_config_drop_in(settings: Mapping[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", **settings}
 
 
 def server_cloud_config(node: ServerNode, bootstrap: NodeBootstrap) -> str:
@@ -309,6 +328,7 @@ def agent_cloud_config(node: AgentNode, bootstrap: NodeBootstrap) -> str:
     script = bootstrap_script(
         "agent", node.k3s_version, node.secret_name, node.labels, node.taints, node.server_url
     )
-    return _cloud_config(
-        [*_common_files(bootstrap, script), _file(f"{CONFIG_DIR}/config.yaml", _yaml(agent_config(node)))]
-    )
+    files = [*_common_files(bootstrap, script), _file(f"{CONFIG_DIR}/config.yaml", _yaml(agent_config(node)))]
+    if node.kubelet_config:
+        files.append(_file(KUBELET_CONFIG_DROP_IN, _yaml(kubelet_config_drop_in(node.kubelet_config))))
+    return _cloud_config(files)

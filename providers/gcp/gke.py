@@ -29,7 +29,9 @@ from components.spec import (
 from components.storage import default_storage_class, default_storage_class_manifest
 from providers.gcp.iam import KMS_ENCRYPTER, NodeServiceAccount, gke_service_agent
 from providers.gcp.location import project_and_region, zone_issues
+from providers.gcp.machines import BALANCED_PD, CLOUD_PLATFORM_SCOPE, boot_disk_type, system_pool_issues
 from providers.gcp.network import Network
+from providers.gcp.services import enabled_services
 
 # Turns GKE's own NVIDIA device plugin off on a node, so the operator's (and its sharing configs) is the only
 # one (NVIDIA google-gke.rst; REFERENCE.md 2b).
@@ -39,15 +41,9 @@ GKE_NVIDIA_DIR = "/home/kubernetes/bin/nvidia"
 # GKE >= 1.33: the toolkit must read containerd's config from its file (NVIDIA google-gke.rst known issue).
 RUNTIME_CONFIG_FROM_FILE_SINCE = (1, 33)
 NODE_IMAGE = "COS_CONTAINERD"
-NODE_OAUTH_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+NODE_OAUTH_SCOPES = (CLOUD_PLATFORM_SCOPE,)
 LOGGED_COMPONENTS = ("SYSTEM_COMPONENTS", "APISERVER", "CONTROLLER_MANAGER", "SCHEDULER", "WORKLOADS")
 MONITORED_COMPONENTS = ("SYSTEM_COMPONENTS",)
-BALANCED_PD = "pd-balanced"
-# Machine series whose boot disk must be Hyperdisk: A3 Ultra per Vertex AI's DiskSpec ("for A3U machines,
-# the default value is hyperdisk-balanced"); A4, A4X and G4 recalled from the Compute Engine machine-series
-# pages, which were not retrieved here (UNCONFIRMED).
-HYPERDISK_ONLY_SERIES = ("a3-ultragpu", "a4-highgpu", "a4x-highgpu", "g4-standard")
-HYPERDISK_BALANCED = "hyperdisk-balanced"
 # "Node pool names must be 40 characters or fewer" (gcloud container node-pools create); Pulumi's auto-name
 # appends "-" and 7 random characters.
 MAX_NODE_POOL_NAME = 40
@@ -55,7 +51,6 @@ AUTONAME_SUFFIX = 8
 # NodeConfig.labels "supports up to 1,024 total characters in a single request" (GKE API discovery document;
 # counted here as keys plus values).
 MAX_NODE_LABEL_CHARACTERS = 1024
-GCE_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9]+(-[a-z0-9]+)*$")
 KMS_KEY = re.compile(r"^projects/[^/]+/locations/([^/]+)/keyRings/[^/]+/cryptoKeys/[^/]+$")
 DRIVER_CHANNEL = {"default": "DEFAULT", "latest": "LATEST"}
 REQUIRED_APIS = ("compute.googleapis.com", "container.googleapis.com", "iam.googleapis.com")
@@ -88,31 +83,15 @@ def gpu_node_labels(pool: GpuPool) -> dict[str, str]:
     return {**pool.node_labels, NO_GKE_DEVICE_PLUGIN_LABEL: "true"}
 
 
-def boot_disk_type(machine_type: str) -> str:
-    return HYPERDISK_BALANCED if machine_type.startswith(HYPERDISK_ONLY_SERIES) else BALANCED_PD
-
-
 def gke_issues(
     spec: ClusterSpec, catalog: Catalog, region: str, pools: Sequence[GpuPool]
 ) -> Iterable[ConfigIssue]:
     """What the generic validation cannot know: zones of the region, GKE's names and limits, and what GKE's
     own autoscaler can plan for."""
     yield from zone_issues(spec, region)
-    yield from _system_pool_issues(spec, catalog)
+    yield from system_pool_issues(spec, catalog)
     yield from _control_plane_issues(spec.gke, region)
     yield from _node_pool_issues(spec, pools)
-
-
-def _system_pool_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
-    system = spec.system_pool.instance_type
-    well_formed = GCE_MACHINE_TYPE.match(system) is not None
-    if not well_formed or catalog.machine_type("gcp", system) is not None:
-        yield ConfigIssue(
-            config_path("systemPool", "instanceType"),
-            system,
-            "not a CPU machine type" if well_formed else "not a Compute Engine machine type",
-            "use a CPU type such as e2-standard-4 or n2-standard-4",
-        )
 
 
 def _control_plane_issues(gke: GkeSpec, region: str) -> Iterable[ConfigIssue]:
@@ -278,17 +257,7 @@ class GkeCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-k8s:gcp:GkeCluster", name, None, opts)
         spec, gke, child = args.spec, args.spec.gke, pulumi.ResourceOptions(parent=self)
-        # Enabled by the stack so a fresh project works; left enabled on destroy, other things may use them.
-        apis = {
-            api: gcp.projects.Service(
-                f"{name}-{api.split('.')[0]}-api",
-                service=api,
-                project=args.project,
-                disable_on_destroy=False,
-                opts=child,
-            )
-            for api in REQUIRED_APIS
-        }
+        apis = enabled_services(name, args.project, REQUIRED_APIS, self)
         network = Network(
             f"{name}-network",
             spec.name,

@@ -1,4 +1,4 @@
-"""Service accounts and role bindings of a GKE cluster, each granting one thing."""
+"""Service accounts and role bindings of a cluster's nodes, each granting one thing."""
 
 from __future__ import annotations
 
@@ -26,11 +26,12 @@ def member(email: pulumi.Input[str]) -> pulumi.Output[str]:
 
 
 class NodeServiceAccount(pulumi.ComponentResource):
-    """A dedicated service account for GKE nodes with only the node role, instead of the Compute Engine
-    default account (project Editor) that CIS GKE 5.2.1 forbids. `after`: what the account waits for (the
-    IAM API)."""
+    """A dedicated service account for a cluster's nodes with only the project roles they need (GKE nodes:
+    the node role), instead of the Compute Engine default account (project Editor) that CIS GKE 5.2.1
+    forbids. `after`: what the account waits for (the IAM API)."""
 
     email: pulumi.Output[str]
+    member: pulumi.Output[str]
 
     def __init__(
         self,
@@ -38,28 +39,32 @@ class NodeServiceAccount(pulumi.ComponentResource):
         cluster_name: str,
         project: str,
         after: Sequence[pulumi.Resource] = (),
+        purpose: str = "nodes",
+        display_name: str | None = None,
+        roles: Sequence[str] = NODE_ROLES,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-k8s:gcp:NodeServiceAccount", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        account = gcp.serviceaccount.Account(
+        self.account = gcp.serviceaccount.Account(
             f"{name}-account",
-            account_id=account_id(cluster_name, "nodes"),
-            display_name=f"GKE nodes of {cluster_name}",
+            account_id=account_id(cluster_name, purpose),
+            display_name=display_name or f"GKE nodes of {cluster_name}",
             project=project,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)),
         )
+        self.email = self.account.email
+        self.member = member(self.email)
         self.bindings = [
             gcp.projects.IAMMember(
-                f"{name}-{role.rsplit('.', 1)[-1]}",
+                f"{name}-{role.rsplit('/', 1)[-1].rsplit('.', 1)[-1]}",
                 project=project,
                 role=role,
-                member=member(account.email),
+                member=self.member,
                 opts=child,
             )
-            for role in NODE_ROLES
+            for role in roles
         ]
-        self.email = account.email
         self.register_outputs({"email": self.email})
 
 

@@ -1,5 +1,6 @@
-"""The VPC a GKE cluster runs in: a VPC-native subnet with pod and service ranges, and Cloud NAT so private
-nodes reach registries (nvcr.io for the GPU Operator) without public addresses. Or an existing subnet."""
+"""The VPC a cluster runs in: a subnet (VPC-native with pod and service ranges for GKE; node addresses only
+for k3s, whose overlay network addresses pods itself) and Cloud NAT so private nodes reach registries (nvcr.io
+for the GPU Operator) without public addresses. Or an existing subnet."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ SERVICES_RANGE = "services"
 
 
 class Network(pulumi.ComponentResource):
-    """Names the cluster needs: network, subnetwork and the two secondary ranges. `after`: resources the
-    new VPC waits for (the Compute Engine API)."""
+    """Names the cluster needs: network, subnetwork and, when the spec has them, the two secondary ranges.
+    `after`: resources the new VPC waits for (the Compute Engine API)."""
 
     network: pulumi.Output[str]
     subnetwork: pulumi.Output[str]
-    pods_range_name: pulumi.Output[str]
-    services_range_name: pulumi.Output[str]
+    pods_range_name: pulumi.Output[str] | None = None
+    services_range_name: pulumi.Output[str] | None = None
 
     def __init__(
         self,
@@ -34,15 +35,16 @@ class Network(pulumi.ComponentResource):
     ):
         super().__init__("gpu-k8s:gcp:Network", name, None, opts)
         if not spec.creates_vpc:
-            assert spec.network_name and spec.subnetwork_name and spec.pods_range_name
-            assert spec.services_range_name, "validated by load_spec"
+            assert spec.network_name and spec.subnetwork_name, "validated by load_spec"
             self.network = pulumi.Output.from_input(spec.network_name)
             self.subnetwork = pulumi.Output.from_input(spec.subnetwork_name)
-            self.pods_range_name = pulumi.Output.from_input(spec.pods_range_name)
-            self.services_range_name = pulumi.Output.from_input(spec.services_range_name)
+            if spec.pods_range_name and spec.services_range_name:
+                self.pods_range_name = pulumi.Output.from_input(spec.pods_range_name)
+                self.services_range_name = pulumi.Output.from_input(spec.services_range_name)
             self.register_outputs({})
             return
-        assert spec.cidr and spec.pods_cidr and spec.services_cidr, "validated by load_spec"
+        assert spec.cidr, "validated by load_spec"
+        vpc_native = spec.pods_cidr is not None and spec.services_cidr is not None
         child = pulumi.ResourceOptions(parent=self)
         vpc = gcp.compute.Network(
             f"{name}-vpc",
@@ -63,7 +65,9 @@ class Network(pulumi.ComponentResource):
                 gcp.compute.SubnetworkSecondaryIpRangeArgs(
                     range_name=SERVICES_RANGE, ip_cidr_range=spec.services_cidr
                 ),
-            ],
+            ]
+            if vpc_native
+            else None,
             # Private nodes reach Google APIs (Artifact Registry, logging) without NAT.
             private_ip_google_access=True,
             opts=child,
@@ -80,6 +84,7 @@ class Network(pulumi.ComponentResource):
         )
         self.network = vpc.id
         self.subnetwork = subnet.id
-        self.pods_range_name = pulumi.Output.from_input(PODS_RANGE)
-        self.services_range_name = pulumi.Output.from_input(SERVICES_RANGE)
+        if vpc_native:
+            self.pods_range_name = pulumi.Output.from_input(PODS_RANGE)
+            self.services_range_name = pulumi.Output.from_input(SERVICES_RANGE)
         self.register_outputs({"network": self.network, "subnetwork": self.subnetwork})

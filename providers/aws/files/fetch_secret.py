@@ -1,25 +1,21 @@
-"""Write the files of a gpu-k8s bootstrap secret from AWS Secrets Manager (run once, at first boot, as root).
+"""Print a gpu-k8s bootstrap secret from AWS Secrets Manager to stdout (run at first boot, as root).
 
-Usage: python3 fetch_secret.py <secret name or ARN>
+Usage: python3 fetch_secret.py <secret name or ARN> | python3 write_secret_files.py
 
 The node authenticates with its instance profile: credentials come from IMDSv2 and the request is signed
 with Signature Version 4, using only the Python standard library (Ubuntu cloud images have no AWS CLI).
-The secret's value is JSON {"files": {path: content}}; each file is written with mode 0600 and nothing of it
-is printed.
+Errors name their type only, never a value.
 """
 
 import datetime
 import hashlib
 import hmac
 import json
-import os
 import sys
-import time
 import urllib.request
 
 IMDS = "http://169.254.169.254/latest"
 SERVICE = "secretsmanager"
-ATTEMPTS = 10
 
 
 def imds(path, token):
@@ -91,26 +87,14 @@ def secret_value(secret_id):
         return json.loads(response.read())["SecretString"]
 
 
-def write_files(payload):
-    for path, content in json.loads(payload)["files"].items():
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(content)
-        print(f"gpu-k8s: wrote {path}")
-
-
 def main():
-    secret_id = sys.argv[1]
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            write_files(secret_value(secret_id))
-            return 0
-        except OSError as error:
-            # The instance profile's credentials can take a moment to appear after boot.
-            print(f"gpu-k8s: reading {secret_id} failed ({type(error).__name__}), attempt {attempt}")
-            time.sleep(min(2**attempt, 30))
-    return 1
+    try:
+        sys.stdout.write(secret_value(sys.argv[1]))
+    except (OSError, ValueError, KeyError) as error:
+        # The instance profile's credentials can take a moment to appear after boot; the caller retries.
+        print(f"gpu-k8s: reading {sys.argv[1]} failed ({type(error).__name__})", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

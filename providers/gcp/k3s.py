@@ -1,0 +1,647 @@
+"""k3s on Compute Engine GPU VMs: `build` is what `pulumi up -s gcp-k3s` runs.
+
+Servers are plain VMs (1, or 3 with embedded etcd) behind an external passthrough load balancer with a static
+address; each GPU pool is a zonal managed instance group the cluster-autoscaler scales from zero. No SSH
+anywhere: nodes read their bootstrap secrets from Secret Manager as their own service account, OS Login
+governs any future login and project-wide SSH keys are blocked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+
+from components.autoscaler import (
+    SYSTEM_POOL_NAME,
+    ClusterAutoscaler,
+    ClusterAutoscalerArgs,
+    cluster_scale_down_unneeded_time,
+    node_template,
+)
+from components.catalog import load_catalog
+from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
+from components.configbase import ConfigIssue, config_path, raise_if_any
+from components.gpu_operator import OPERATOR_NAMESPACE, GpuOperator, GpuOperatorArgs
+from components.k3s.cloudinit import API_PORT, AgentNode, ServerNode, agent_cloud_config, server_cloud_config
+from components.k3s.control_plane import K3sControlPlane, k3s_traits
+from components.spec import ClusterSpec, pool_child_name
+from components.storage import default_storage_class, default_storage_class_manifest
+from providers.gcp.autoscaling import (
+    ACCELERATOR_LABEL,
+    AUTOSCALER_READ_PERMISSIONS,
+    AUTOSCALER_RESIZE_PERMISSIONS,
+    KUBE_ENV_KEY,
+    autoscaler_cloud_values,
+    instance_group_manager_name,
+    instance_group_url,
+    kube_env,
+    resize_condition,
+)
+from providers.gcp.iam import NodeServiceAccount
+from providers.gcp.k3s_bootstrap import gce_node_bootstrap
+from providers.gcp.location import project_and_region, zone_issues
+from providers.gcp.machines import (
+    BALANCED_PD,
+    CLOUD_PLATFORM_SCOPE,
+    boot_disk_type,
+    gce_arch,
+    system_pool_issues,
+    ubuntu_image,
+)
+from providers.gcp.network import Network
+from providers.gcp.pd_csi import PROVISIONER, PdCsiDriver, custom_role_permissions, pd_csi_manifests
+from providers.gcp.services import enabled_services
+
+REQUIRED_APIS = ("compute.googleapis.com", "iam.googleapis.com", "secretmanager.googleapis.com")
+FLANNEL_VXLAN_PORT = 8472
+KUBELET_PORT = 10250
+ETCD_PORTS = "2379-2380"
+# Where an external passthrough load balancer's health checks come from (Google Cloud load-balancing
+# "Firewall rules" page; the row for this balancer was cut off in the excerpt retrieved, ranges recalled,
+# UNCONFIRMED).
+HEALTH_CHECK_RANGES = ("35.191.0.0/16", "209.85.152.0/22", "209.85.204.0/22")
+# Metadata every node gets: OS Login decides who may log in (nobody can: no port 22 is open), project-wide
+# SSH keys do not reach the node, and the interactive serial console is off (its output stays readable).
+NODE_ACCESS_METADATA = {
+    "enable-oslogin": "TRUE",
+    "block-project-ssh-keys": "TRUE",
+    "serial-port-enable": "FALSE",
+}
+# Spot VMs get 30 seconds between the preemption notice and the hard stop (Compute Engine). The kubelet
+# holds the shutdown that long and gives the last 15 to critical pods, GKE's own split (GKE graceful node
+# shutdown docs); it raises logind's InhibitDelayMaxSec itself when that is shorter.
+SPOT_GRACEFUL_SHUTDOWN = {"shutdownGracePeriod": "30s", "shutdownGracePeriodCriticalPods": "15s"}
+PD_CSI_ROLES = ("roles/compute.storageAdmin",)
+SERVICE_ACCOUNT_USER = "roles/iam.serviceAccountUser"
+SECRET_ACCESSOR = "roles/secretmanager.secretAccessor"
+
+
+def gcp_k3s_issues(spec: ClusterSpec, region: str) -> Iterable[ConfigIssue]:
+    """Zones of the region, a CPU type for the servers, and one zone per GPU pool (a zonal group)."""
+    yield from zone_issues(spec, region)
+    for index, pool in enumerate(spec.gpu_pools):
+        if len(pool.zones) > 1:
+            yield ConfigIssue(
+                config_path("gpuPools", index, "zones"),
+                list(pool.zones),
+                "a k3s GPU pool on Compute Engine is one zonal managed instance group",
+                "list one zone, or make one pool per zone",
+            )
+
+
+def pool_zone(spec: ClusterSpec, pool: GpuPool) -> str:
+    """The pool's own zone, or the network's first: GPU models differ by zone, so name it when it matters."""
+    return (pool.spec.zones or spec.network.zones)[0]
+
+
+def agent_taints(pool: GpuPool) -> list[str]:
+    return [f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in pool.taints]
+
+
+@dataclass(frozen=True)
+class Identities:
+    servers: NodeServiceAccount
+    agents: NodeServiceAccount
+
+
+@dataclass(frozen=True)
+class GpuGroup:
+    pool: GpuPool
+    zone: str
+    manager: gcp.compute.InstanceGroupManager
+
+
+@dataclass(frozen=True)
+class GcpK3sClusterArgs:
+    spec: ClusterSpec
+    project: str
+    region: str
+    traits: PlatformTraits
+    pools: tuple[GpuPool, ...]
+
+
+class GcpK3sCluster(pulumi.ComponentResource):
+    """The network, firewall, identities, secrets, servers, API load balancer and GPU instance groups of a
+    k3s cluster on Compute Engine, and its storage and autoscaler identity."""
+
+    handle: GpuCluster
+    groups: list[GpuGroup]
+    autoscaler_identity: list[pulumi.Resource]
+
+    def __init__(self, name: str, args: GcpK3sClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-k8s:gcp:K3sCluster", name, None, opts)
+        spec, child = args.spec, pulumi.ResourceOptions(parent=self)
+        apis = enabled_services(name, args.project, REQUIRED_APIS, self)
+        network = Network(
+            f"{name}-network",
+            spec.name,
+            spec.network,
+            args.region,
+            after=[apis["compute.googleapis.com"]],
+            opts=child,
+        )
+        iam_api = [apis["iam.googleapis.com"]]
+        identities = Identities(
+            servers=NodeServiceAccount(
+                f"{name}-servers",
+                spec.name,
+                args.project,
+                after=iam_api,
+                purpose="k3s-servers",
+                display_name=f"k3s servers of {spec.name}",
+                roles=PD_CSI_ROLES,
+                opts=child,
+            ),
+            agents=NodeServiceAccount(
+                f"{name}-agents",
+                spec.name,
+                args.project,
+                after=iam_api,
+                purpose="k3s-agents",
+                display_name=f"k3s GPU agents of {spec.name}",
+                roles=(),
+                opts=child,
+            ),
+        )
+        self._firewall(name, spec, network, identities)
+        api_address = gcp.compute.Address(
+            f"{name}-api-address",
+            address_type="EXTERNAL",
+            region=args.region,
+            description=f"Kubernetes API of {spec.name}",
+            opts=child,
+        )
+        control_plane = K3sControlPlane(f"{name}-control-plane", spec.name, api_address.address, opts=child)
+        secret_api = [apis["secretmanager.googleapis.com"]]
+        server_secret, server_boot = self._secret(
+            name, "servers", control_plane.server_secret, identities.servers, secret_api
+        )
+        agent_secret, agent_boot = self._secret(
+            name, "agents", control_plane.agent_secret, identities.agents, secret_api
+        )
+        servers = self._servers(
+            name, args, network, identities.servers, server_secret, api_address, server_boot
+        )
+        first_server_url = pulumi.Output.format(
+            "https://{0}:{1}", servers[0].network_interfaces[0].network_ip, API_PORT
+        )
+        forwarding = self._api_load_balancer(name, args, network, servers, api_address)
+        unneeded = cluster_scale_down_unneeded_time(args.pools)
+        self.groups = [
+            self._gpu_group(
+                pool_child_name(name, pool.spec.name),
+                args,
+                pool,
+                network,
+                identities.agents,
+                agent_secret,
+                first_server_url,
+                unneeded,
+                agent_boot,
+            )
+            for pool in args.pools
+        ]
+        pd_csi_access = self._pd_csi_access(name, args.project, identities)
+        self.autoscaler_identity = self._autoscaler_access(name, args.project, identities.servers)
+
+        k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=control_plane.kubeconfig, opts=child)
+        system_ready: list[pulumi.Resource] = [*servers, forwarding]
+        pd_csi = PdCsiDriver(
+            f"{name}-pd-csi",
+            pd_csi_manifests({POOL_LABEL: SYSTEM_POOL_NAME}),
+            k8s_provider,
+            [*system_ready, *pd_csi_access],
+            opts=child,
+        )
+        default_storage_class(
+            name,
+            default_storage_class_manifest(BALANCED_PD, PROVISIONER, {"type": BALANCED_PD}),
+            k8s_provider,
+            self,
+            [pd_csi],
+        )
+        self.handle = GpuCluster(
+            name=spec.name,
+            kubernetes_version=spec.kubernetes_version,
+            kubeconfig=control_plane.kubeconfig,
+            k8s_provider=k8s_provider,
+            pools=args.pools,
+            traits=args.traits,
+            system_ready=system_ready,
+        )
+        self.register_outputs({"apiEndpoint": api_address.address, "kubeconfig": control_plane.kubeconfig})
+
+    def _firewall(self, name: str, spec: ClusterSpec, network: Network, identities: Identities) -> None:
+        """Exactly the k3s ports, between the cluster's service accounts; the API also from the admin CIDRs
+        and the load balancer's health checks. Compute Engine denies all other ingress."""
+        servers, agents = identities.servers.email, identities.agents.email
+        rules: list[tuple[str, str, str, dict[str, object]]] = [
+            ("api-admins", "tcp", str(API_PORT), {"source_ranges": list(spec.api_access_cidrs)}),
+            ("api-health-checks", "tcp", str(API_PORT), {"source_ranges": list(HEALTH_CHECK_RANGES)}),
+            ("api-nodes", "tcp", str(API_PORT), {"source_service_accounts": [servers, agents]}),
+            ("vxlan", "udp", str(FLANNEL_VXLAN_PORT), {"source_service_accounts": [servers, agents]}),
+            ("kubelet", "tcp", str(KUBELET_PORT), {"source_service_accounts": [servers, agents]}),
+        ]
+        if spec.system_pool.nodes > 1:
+            rules.append(("etcd", "tcp", ETCD_PORTS, {"source_service_accounts": [servers]}))
+        to_all = ("vxlan", "kubelet")
+        for rule, protocol, port, source in rules:
+            gcp.compute.Firewall(
+                f"{name}-{rule}",
+                network=network.network,
+                direction="INGRESS",
+                allows=[gcp.compute.FirewallAllowArgs(protocol=protocol, ports=[port])],
+                target_service_accounts=[servers, agents] if rule in to_all else [servers],
+                description=f"k3s {rule} of {spec.name}",
+                **source,  # type: ignore[arg-type]
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+
+    def _secret(
+        self,
+        name: str,
+        audience: str,
+        payload: pulumi.Output[str],
+        reader: NodeServiceAccount,
+        after: Sequence[pulumi.Resource],
+    ) -> tuple[gcp.secretmanager.Secret, list[pulumi.Resource]]:
+        """A secret only `reader` may read; returns it and what must exist before a node reads it."""
+        child = pulumi.ResourceOptions(parent=self)
+        secret = gcp.secretmanager.Secret(
+            f"{name}-{audience}-bootstrap",
+            secret_id=f"{name}-k3s-{audience}",
+            replication=gcp.secretmanager.SecretReplicationArgs(
+                auto=gcp.secretmanager.SecretReplicationAutoArgs()
+            ),
+            labels={"gpu-k8s-purpose": "k3s-bootstrap"},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)),
+        )
+        version = gcp.secretmanager.SecretVersion(
+            f"{name}-{audience}-bootstrap-value", secret=secret.id, secret_data=payload, opts=child
+        )
+        access = gcp.secretmanager.SecretIamMember(
+            f"{name}-{audience}-bootstrap-reader",
+            secret_id=secret.id,
+            role=SECRET_ACCESSOR,
+            member=reader.member,
+            opts=child,
+        )
+        return secret, [version, access]
+
+    def _servers(
+        self,
+        name: str,
+        args: GcpK3sClusterArgs,
+        network: Network,
+        identity: NodeServiceAccount,
+        secret: gcp.secretmanager.Secret,
+        api_address: gcp.compute.Address,
+        boot_after: Sequence[pulumi.Resource],
+    ) -> list[gcp.compute.Instance]:
+        """The servers, each with a reserved internal address: agents and the load balancer keep reaching a
+        server that is replaced."""
+        spec = args.spec
+        system = spec.system_pool
+        zones = list(spec.network.zones)
+        servers: list[gcp.compute.Instance] = []
+        for index in range(system.nodes):
+            address = gcp.compute.Address(
+                f"{name}-server-{index}-address",
+                address_type="INTERNAL",
+                subnetwork=network.subnetwork,
+                region=args.region,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            join_url = (
+                None
+                if index == 0
+                else pulumi.Output.format(
+                    "https://{0}:{1}", servers[0].network_interfaces[0].network_ip, API_PORT
+                )
+            )
+            user_data = pulumi.Output.all(api_address.address, secret.id, join_url).apply(
+                lambda parts: server_cloud_config(
+                    ServerNode(
+                        k3s_version=spec.k3s.version,
+                        tls_sans=[parts[0]],
+                        secret_name=parts[1],
+                        join_url=parts[2],
+                        embedded_etcd=system.nodes > 1,
+                        labels={POOL_LABEL: SYSTEM_POOL_NAME},
+                        exempt_namespaces=[OPERATOR_NAMESPACE],
+                        pod_security=spec.k3s.pod_security,
+                    ),
+                    gce_node_bootstrap(),
+                )
+            )
+            servers.append(
+                gcp.compute.Instance(
+                    f"{name}-server-{index}",
+                    machine_type=system.instance_type,
+                    zone=zones[index % len(zones)],
+                    boot_disk=gcp.compute.InstanceBootDiskArgs(
+                        initialize_params=gcp.compute.InstanceBootDiskInitializeParamsArgs(
+                            image=ubuntu_image(system.instance_type),
+                            size=system.disk_size_gib,
+                            type=BALANCED_PD,
+                        )
+                    ),
+                    network_interfaces=[
+                        gcp.compute.InstanceNetworkInterfaceArgs(
+                            subnetwork=network.subnetwork, network_ip=address.address
+                        )
+                    ],
+                    service_account=gcp.compute.InstanceServiceAccountArgs(
+                        email=identity.email, scopes=[CLOUD_PLATFORM_SCOPE]
+                    ),
+                    shielded_instance_config=gcp.compute.InstanceShieldedInstanceConfigArgs(
+                        enable_secure_boot=True, enable_vtpm=True, enable_integrity_monitoring=True
+                    ),
+                    metadata={"user-data": user_data, **NODE_ACCESS_METADATA},
+                    allow_stopping_for_update=True,
+                    # A newer Ubuntu image must not replace a running server; new ones take the current image.
+                    opts=pulumi.ResourceOptions(
+                        parent=self,
+                        depends_on=list(boot_after),
+                        ignore_changes=["bootDisk.initializeParams.image"],
+                    ),
+                )
+            )
+        return servers
+
+    def _api_load_balancer(
+        self,
+        name: str,
+        args: GcpK3sClusterArgs,
+        network: Network,
+        servers: Sequence[gcp.compute.Instance],
+        address: gcp.compute.Address,
+    ) -> gcp.compute.ForwardingRule:
+        """An external passthrough load balancer on the static address: clients keep their source address,
+        so the servers' firewall still decides who gets in."""
+        child = pulumi.ResourceOptions(parent=self)
+        zones = list(args.spec.network.zones)
+        by_zone: dict[str, list[gcp.compute.Instance]] = {}
+        for index, server in enumerate(servers):
+            by_zone.setdefault(zones[index % len(zones)], []).append(server)
+        groups = [
+            gcp.compute.InstanceGroup(
+                f"{name}-servers-{zone}",
+                zone=zone,
+                instances=[server.self_link for server in members],
+                network=network.network,
+                opts=child,
+            )
+            for zone, members in sorted(by_zone.items())
+        ]
+        health = gcp.compute.RegionHealthCheck(
+            f"{name}-api-health",
+            region=args.region,
+            tcp_health_check=gcp.compute.RegionHealthCheckTcpHealthCheckArgs(port=API_PORT),
+            opts=child,
+        )
+        backend = gcp.compute.RegionBackendService(
+            f"{name}-api-backend",
+            region=args.region,
+            load_balancing_scheme="EXTERNAL",
+            protocol="TCP",
+            health_checks=health.id,
+            backends=[
+                gcp.compute.RegionBackendServiceBackendArgs(
+                    group=group.self_link, balancing_mode="CONNECTION"
+                )
+                for group in groups
+            ],
+            opts=child,
+        )
+        return gcp.compute.ForwardingRule(
+            f"{name}-api",
+            region=args.region,
+            load_balancing_scheme="EXTERNAL",
+            ip_address=address.address,
+            ip_protocol="TCP",
+            ports=[str(API_PORT)],
+            backend_service=backend.id,
+            opts=child,
+        )
+
+    def _gpu_group(
+        self,
+        name: str,
+        args: GcpK3sClusterArgs,
+        pool: GpuPool,
+        network: Network,
+        identity: NodeServiceAccount,
+        secret: gcp.secretmanager.Secret,
+        server_url: pulumi.Output[str],
+        cluster_unneeded_time: str,
+        boot_after: Sequence[pulumi.Resource],
+    ) -> GpuGroup:
+        """An instance template and a zonal managed instance group from zero to maxNodes for one GPU pool."""
+        spec, machine = args.spec, pool.machine
+        assert machine.accelerator is not None, "GPU types in the GCP catalog name their accelerator"
+        user_data = pulumi.Output.all(server_url, secret.id).apply(
+            lambda parts: agent_cloud_config(
+                AgentNode(
+                    k3s_version=spec.k3s.version,
+                    server_url=parts[0],
+                    secret_name=parts[1],
+                    labels=pool.node_labels,
+                    taints=agent_taints(pool),
+                    kubelet_config=SPOT_GRACEFUL_SHUTDOWN if pool.spec.spot else {},
+                ),
+                gce_node_bootstrap(),
+            )
+        )
+        template = gcp.compute.InstanceTemplate(
+            f"{name}-template",
+            description=f"k3s GPU agents of pool {pool.spec.name} in {spec.name}",
+            machine_type=machine.name,
+            disks=[
+                gcp.compute.InstanceTemplateDiskArgs(
+                    boot=True,
+                    auto_delete=True,
+                    source_image=ubuntu_image(machine.name),
+                    disk_size_gb=pool.spec.disk_size_gib,
+                    disk_type=boot_disk_type(machine.name),
+                )
+            ],
+            # The autoscaler counts a node's GPUs from these (templates.go BuildCapacity), so they are listed
+            # even where the machine type brings its GPUs.
+            guest_accelerators=[
+                gcp.compute.InstanceTemplateGuestAcceleratorArgs(
+                    type=machine.accelerator, count=pool.gpus_per_node
+                )
+            ],
+            scheduling=gcp.compute.InstanceTemplateSchedulingArgs(
+                # GPU VMs cannot live-migrate.
+                on_host_maintenance="TERMINATE",
+                automatic_restart=not pool.spec.spot,
+                preemptible=pool.spec.spot,
+                provisioning_model="SPOT" if pool.spec.spot else "STANDARD",
+                # The group recreates a preempted VM when the autoscaler still wants it.
+                instance_termination_action="DELETE" if pool.spec.spot else None,
+            ),
+            network_interfaces=[
+                gcp.compute.InstanceTemplateNetworkInterfaceArgs(subnetwork=network.subnetwork)
+            ],
+            service_account=gcp.compute.InstanceTemplateServiceAccountArgs(
+                email=identity.email, scopes=[CLOUD_PLATFORM_SCOPE]
+            ),
+            # No Secure Boot: the GPU Operator builds the NVIDIA kernel modules on the node, unsigned.
+            shielded_instance_config=gcp.compute.InstanceTemplateShieldedInstanceConfigArgs(
+                enable_secure_boot=False, enable_vtpm=True, enable_integrity_monitoring=True
+            ),
+            metadata={
+                "user-data": user_data,
+                KUBE_ENV_KEY: kube_env(node_template(pool, cluster_unneeded_time), gce_arch(machine.name)),
+                **NODE_ACCESS_METADATA,
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(boot_after)),
+        )
+        zone = pool_zone(spec, pool)
+        manager = gcp.compute.InstanceGroupManager(
+            f"{name}-group",
+            zone=zone,
+            base_instance_name=f"{spec.name}-{pool.spec.name}",
+            versions=[
+                gcp.compute.InstanceGroupManagerVersionArgs(instance_template=template.self_link_unique)
+            ],
+            target_size=pool.spec.min_nodes,
+            # A new template reaches new nodes only: running GPU jobs are not restarted by an update.
+            update_policy=gcp.compute.InstanceGroupManagerUpdatePolicyArgs(
+                type="OPPORTUNISTIC", minimal_action="REPLACE"
+            ),
+            # The autoscaler owns the size.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["targetSize"]),
+        )
+        return GpuGroup(pool=pool, zone=zone, manager=manager)
+
+    def _pd_csi_access(self, name: str, project: str, identities: Identities) -> list[pulumi.Resource]:
+        """The driver's controller runs on the servers as their service account: upstream's custom role for
+        attaching disks, and acting as the node accounts whose VMs it attaches disks to (granted on those two
+        accounts, not project-wide)."""
+        child = pulumi.ResourceOptions(parent=self)
+        role = gcp.projects.IAMCustomRole(
+            f"{name}-pd-csi-role",
+            role_id=f"{name.replace('-', '_')}_pd_csi",
+            title=f"PD CSI driver of {name}",
+            permissions=custom_role_permissions(),
+            project=project,
+            opts=child,
+        )
+        grants: list[pulumi.Resource] = [
+            *identities.servers.bindings,
+            gcp.projects.IAMMember(
+                f"{name}-pd-csi-attaches",
+                project=project,
+                role=role.name,
+                member=identities.servers.member,
+                opts=child,
+            ),
+        ]
+        for target, identity in (("servers", identities.servers), ("agents", identities.agents)):
+            grants.append(
+                gcp.serviceaccount.IAMMember(
+                    f"{name}-pd-csi-acts-as-{target}",
+                    service_account_id=identity.account.name,
+                    role=SERVICE_ACCOUNT_USER,
+                    member=identities.servers.member,
+                    opts=child,
+                )
+            )
+        return grants
+
+    def _autoscaler_access(
+        self, name: str, project: str, servers: NodeServiceAccount
+    ) -> list[pulumi.Resource]:
+        """The autoscaler runs on the servers as their service account: read what it plans with, and resize
+        exactly this cluster's GPU groups."""
+        child = pulumi.ResourceOptions(parent=self)
+        role_id = name.replace("-", "_")
+        reader = gcp.projects.IAMCustomRole(
+            f"{name}-autoscaler-reader",
+            role_id=f"{role_id}_autoscaler_reader",
+            title=f"cluster-autoscaler of {name}: read",
+            permissions=list(AUTOSCALER_READ_PERMISSIONS),
+            project=project,
+            opts=child,
+        )
+        resizer = gcp.projects.IAMCustomRole(
+            f"{name}-autoscaler-resizer",
+            role_id=f"{role_id}_autoscaler_resizer",
+            title=f"cluster-autoscaler of {name}: resize",
+            permissions=list(AUTOSCALER_RESIZE_PERMISSIONS),
+            project=project,
+            opts=child,
+        )
+        group_names = pulumi.Output.all(
+            *(instance_group_manager_name(project, g.zone, g.manager.name) for g in self.groups)
+        )
+        return [
+            gcp.projects.IAMMember(
+                f"{name}-autoscaler-reads",
+                project=project,
+                role=reader.name,
+                member=servers.member,
+                opts=child,
+            ),
+            gcp.projects.IAMMember(
+                f"{name}-autoscaler-resizes",
+                project=project,
+                role=resizer.name,
+                member=servers.member,
+                condition=gcp.projects.IAMMemberConditionArgs(
+                    title="gpu-groups-of-this-cluster",
+                    description=f"The GPU instance groups of {name}",
+                    expression=group_names.apply(lambda names: resize_condition(list(names))),
+                ),
+                opts=child,
+            ),
+        ]
+
+
+def build(spec: ClusterSpec) -> GpuCluster:
+    """Everything `pulumi up -s gcp-k3s` creates; validation runs before the first resource."""
+    catalog = load_catalog()
+    project, region = project_and_region()
+    traits = k3s_traits(spec, ACCELERATOR_LABEL)
+    raise_if_any(
+        gcp_k3s_issues(spec, region),
+        system_pool_issues(spec, catalog),
+        platform_issues(spec, traits, catalog),
+    )
+    pools = resolve_pools(spec, catalog, traits.accelerator_label)
+    provider = gcp.Provider(
+        f"{spec.name}-gcp", project=project, region=region, default_labels={"gpu-k8s-cluster": spec.name}
+    )
+    k3s = GcpK3sCluster(
+        spec.name,
+        GcpK3sClusterArgs(spec, project, region, traits, pools),
+        opts=pulumi.ResourceOptions(providers=[provider]),
+    )
+    cluster = k3s.handle
+    GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator))
+    ClusterAutoscaler(
+        f"{spec.name}-autoscaler",
+        ClusterAutoscalerArgs(
+            cluster=cluster,
+            chart_version=spec.addon_versions.cluster_autoscaler,
+            cloud_values=autoscaler_cloud_values(
+                [
+                    {
+                        "name": instance_group_url(project, group.zone, group.manager.name),
+                        "minSize": group.pool.spec.min_nodes,
+                        "maxSize": group.pool.spec.max_nodes,
+                    }
+                    for group in k3s.groups
+                ]
+            ),
+            identity=k3s.autoscaler_identity,
+        ),
+    )
+    return cluster

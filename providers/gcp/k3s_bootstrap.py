@@ -1,0 +1,32 @@
+"""How a Compute Engine node of a k3s cluster learns about itself and reads its secrets (no gcloud, no
+SSH)."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from components.k3s.cloudinit import NodeBootstrap
+
+FETCH_SCRIPT = Path(__file__).parent / "files" / "fetch_secret.py"
+
+# The metadata server answers only requests that carry Metadata-Flavor: Google. Zone and machine type come
+# back as resource paths (projects/<number>/zones/<zone>); the provider ID is the form the cluster-autoscaler
+# parses (gce://<project-id>/<zone>/<instance-name>, cloudprovider/gce GceRefFromProviderId).
+NODE_FACTS_SH = """\
+metadata() {
+  curl -sf --retry 5 -H "Metadata-Flavor: Google" "http://metadata.google.internal/computeMetadata/v1/$1"
+}
+ZONE=$(metadata instance/zone)
+ZONE=${ZONE##*/}
+REGION=${ZONE%-*}
+INSTANCE_TYPE=$(metadata instance/machine-type)
+INSTANCE_TYPE=${INSTANCE_TYPE##*/}
+PROVIDER_ID="gce://$(metadata project/project-id)/$ZONE/$(metadata instance/name)"
+export ZONE REGION INSTANCE_TYPE PROVIDER_ID
+"""
+
+
+@cache
+def gce_node_bootstrap() -> NodeBootstrap:
+    return NodeBootstrap(node_facts_sh=NODE_FACTS_SH, fetch_secret_py=FETCH_SCRIPT.read_text())
