@@ -53,6 +53,17 @@ def gcp_gke(gcp_gke_config: dict[str, Any]) -> Recording:
     return run_program("gcp-gke", gcp_gke_config)
 
 
+@pytest.fixture(scope="session")
+def gcp_k3s_config() -> dict[str, Any]:
+    return stack_config(STACKS / "Pulumi.gcp-k3s.yaml")
+
+
+@pytest.fixture(scope="session")
+def gcp_k3s(gcp_k3s_config: dict[str, Any]) -> Recording:
+    """The gcp-k3s stack program, run once under the recording mock engine."""
+    return run_program("gcp-k3s", gcp_k3s_config)
+
+
 # Every MIG flavour in one cluster: a custom layout on H100s, the built-in balanced layout on H200s, one
 # profile on A100-40GBs, plus renamed time-slicing; multi-profile layouts make the cluster's strategy mixed.
 MIXED_SHARING_POOLS = [

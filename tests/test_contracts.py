@@ -91,7 +91,7 @@ def release_values(aws_eks, name: str) -> dict[str, Any]:
     return aws_eks.by_name(name).inputs["values"]
 
 
-@pytest.mark.parametrize("stack", ["aws_eks", "mixed_sharing", "gcp_gke", "aws_k3s"])
+@pytest.mark.parametrize("stack", ["aws_eks", "mixed_sharing", "gcp_gke", "aws_k3s", "gcp_k3s"])
 def test_gpu_operator_values_exist_in_the_pinned_chart(request, stack):
     chart = upstream_yaml(f"gpu-operator/{GPU_OPERATOR_CHART_VERSION}/values.yaml")
     assert (
@@ -143,9 +143,26 @@ def kubernetes_objects(*recordings) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("minor", SUPPORTED_KUBERNETES_MINORS)
-def test_kubernetes_objects_pass_strict_schema_validation(aws_eks, mixed_sharing, gcp_gke, aws_k3s, minor):
-    objects = kubernetes_objects(aws_eks, mixed_sharing, gcp_gke, aws_k3s)
-    assert {o["kind"] for o in objects} == {"Namespace", "StorageClass", "ConfigMap", "ResourceQuota"}
+def test_kubernetes_objects_pass_strict_schema_validation(
+    aws_eks, mixed_sharing, gcp_gke, aws_k3s, gcp_k3s, minor
+):
+    objects = kubernetes_objects(aws_eks, mixed_sharing, gcp_gke, aws_k3s, gcp_k3s)
+    assert {o["kind"] for o in objects} == {
+        "Namespace",
+        "StorageClass",
+        "ConfigMap",
+        "ResourceQuota",
+        # The GCE PD CSI driver's objects (gcp-k3s), as the stack registers them.
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "PriorityClass",
+        "Deployment",
+        "DaemonSet",
+        "CSIDriver",
+    }
     for obj in objects:
         kubernetes_validate.validate(obj, f"{minor}.0", strict=True)
 

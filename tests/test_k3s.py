@@ -4,6 +4,7 @@ cloud-init's schema, shellcheck and golden files."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -16,7 +17,10 @@ import yaml
 
 from components.k3s import cloudinit, pki
 from components.k3s.cloudinit import AgentNode, NodeBootstrap, ServerNode
+from components.k3s.files import write_secret_files
 from providers.aws.k3s_bootstrap import aws_node_bootstrap
+from providers.gcp.k3s import SPOT_GRACEFUL_SHUTDOWN
+from providers.gcp.k3s_bootstrap import gce_node_bootstrap
 from tests.conftest import node_drop_in, upstream, user_data_files, venv_tool
 from tools import fake_tls
 
@@ -46,10 +50,27 @@ AGENT = AgentNode(
     },
     taints=["nvidia.com/gpu=true:NoSchedule"],
 )
+GCE_SERVER = ServerNode(
+    **{**SERVER.__dict__, "tls_sans": ["34.118.7.21"], "secret_name": "projects/demo/secrets/ml-k3s-servers"}
+)
+GCE_SPOT_AGENT = AgentNode(
+    **{
+        **AGENT.__dict__,
+        "secret_name": "projects/demo/secrets/ml-k3s-agents",
+        "labels": {
+            "gpu-k8s.io/pool": "l4",
+            "nvidia.com/device-plugin.config": "l4",
+            "cloud.google.com/gke-accelerator": "nvidia-l4",
+        },
+        "kubelet_config": SPOT_GRACEFUL_SHUTDOWN,
+    }
+)
 RENDERED = {
     "aws-server.yaml": lambda: cloudinit.server_cloud_config(SERVER, aws_node_bootstrap()),
     "aws-joining-server.yaml": lambda: cloudinit.server_cloud_config(JOINING_SERVER, aws_node_bootstrap()),
     "aws-agent.yaml": lambda: cloudinit.agent_cloud_config(AGENT, aws_node_bootstrap()),
+    "gce-server.yaml": lambda: cloudinit.server_cloud_config(GCE_SERVER, gce_node_bootstrap()),
+    "gce-spot-agent.yaml": lambda: cloudinit.agent_cloud_config(GCE_SPOT_AGENT, gce_node_bootstrap()),
 }
 
 
@@ -250,6 +271,36 @@ def test_server_tls_files_put_the_root_behind_every_ca():
         "etcd/server-ca.key",
         "service.key",
     }
+
+
+def test_secret_writer_writes_private_files_and_nothing_from_a_broken_payload(tmp_path, monkeypatch, capsys):
+    target = tmp_path / "etc" / "token"
+    write_secret_files.write_files(json.dumps({"files": {str(target): "K10abc::node:x"}}))
+    assert target.read_text() == "K10abc::node:x"
+    assert oct(target.stat().st_mode & 0o777) == "0o600"
+    assert oct(target.parent.stat().st_mode & 0o777) == "0o700"
+    assert "K10abc" not in capsys.readouterr().out
+    other = tmp_path / "other"
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"files": {"' + str(other) + '": "x"'))
+    assert write_secret_files.main() == 1
+    assert not other.exists()
+
+
+def test_the_bootstrap_retry_gives_up_after_its_attempts_and_stops_at_success(tmp_path: Path):
+    script = user_data_files(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
+    retry = script[script.index("retry() {") : script.index("\n}\n", script.index("retry() {")) + 3]
+    harness = tmp_path / "retry.sh"
+    harness.write_text(
+        '#!/bin/bash\nset -euo pipefail\nlog() { echo "$*"; }\nsleep() { :; }\n'
+        + retry
+        + 'tries=0\nthird_time() { tries=$((tries + 1)); [ "$tries" -eq 3 ]; }\n'
+        + 'retry "thing" third_time\necho "after $tries"\nretry "never" false\necho unreachable\n'
+    )
+    result = subprocess.run(["bash", str(harness)], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "thing: done" in result.stdout and "after 3" in result.stdout
+    assert f"never: attempt {cloudinit.ATTEMPTS} of {cloudinit.ATTEMPTS} failed" in result.stdout
+    assert "never: giving up" in result.stdout and "unreachable" not in result.stdout
 
 
 def test_node_bootstrap_is_whatever_the_provider_supplies():

@@ -29,7 +29,7 @@ def run_plan(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("stack", ["aws-eks", "aws-k3s", "gcp-gke"])
+@pytest.mark.parametrize("stack", ["aws-eks", "aws-k3s", "gcp-gke", "gcp-k3s"])
 def test_committed_plan_matches_the_program(request, stack):
     recording = request.getfixturevalue(stack.replace("-", "_"))
     committed = (PLANS / f"{stack}.json").read_text()
@@ -124,7 +124,12 @@ def test_cli_unknown_stack_exits_2_and_lists_stacks():
 
 @pytest.mark.parametrize(
     ("stack", "other_cloud_sdk"),
-    [("aws-eks", "pulumi_gcp"), ("aws-k3s", "pulumi_gcp"), ("gcp-gke", "pulumi_aws")],
+    [
+        ("aws-eks", "pulumi_gcp"),
+        ("aws-k3s", "pulumi_gcp"),
+        ("gcp-gke", "pulumi_aws"),
+        ("gcp-k3s", "pulumi_aws"),
+    ],
 )
 def test_a_plan_never_imports_the_other_clouds_sdk(stack, other_cloud_sdk):
     probe = (
@@ -164,10 +169,10 @@ def test_a_plan_never_imports_the_other_clouds_sdk(stack, other_cloud_sdk):
                     }
                 }
             ),
-            "this platform is not yet supported",
+            "k3s gives pods and services addresses itself",
         ),
     ],
-    ids=["cluster-key-missing", "broken-yaml", "platform-not-built"],
+    ids=["cluster-key-missing", "broken-yaml", "platform-rule-broken"],
 )
 def test_cli_refuses_unusable_stack_files_with_exit_2(tmp_path: Path, stack_text: str, message: str):
     stack = tmp_path / "Pulumi.x.yaml"

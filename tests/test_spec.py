@@ -13,8 +13,8 @@ from components.spec import load_spec, pool_child_name
 from tests.conftest import Mutation, assert_refused_before_any_resource, delete_key, minimal_cluster, set_path
 from tools.engine import run_program
 
-# A gcp/k3s cluster, which is not built yet.
-GCP_K3S = {
+# A gcp/k3s cluster written with GKE's network keys.
+GCP_K3S_WITH_GKE_NETWORK = {
     "cloud": "gcp",
     "kind": "k3s",
     "kubernetesVersion": "1.36",
@@ -165,10 +165,18 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
     ("kind-not-on-cloud", set_path("kind", "gke"), "gpu-k8s:cluster.kind", ("does not exist on aws",)),
     ("unknown-cloud", set_path("cloud", "azure"), "gpu-k8s:cluster.cloud", ("'aws' or 'gcp'",)),
     (
-        "platform-not-built",
-        lambda cluster: cluster.update(GCP_K3S),
-        "gpu-k8s:cluster.kind",
-        ("not yet supported", "aws/eks"),
+        "k3s-with-vpc-native-ranges",
+        lambda cluster: cluster.update(GCP_K3S_WITH_GKE_NETWORK),
+        "gpu-k8s:cluster.network.podsCidr",
+        ("k3s gives pods and services addresses itself", "10.42.0.0/16", "gcp/k3s network keys"),
+    ),
+    (
+        "k3s-vpc-overlaps-pod-range",
+        lambda cluster: cluster.update(
+            {**GCP_K3S_WITH_GKE_NETWORK, "network": {"cidr": "10.42.0.0/20", "zones": ["us-central1-a"]}}
+        ),
+        "gpu-k8s:cluster.network.cidr",
+        ("overlaps k3s's pod range 10.42.0.0/16", "10.40.0.0/16"),
     ),
     (
         "gpu-type-not-on-eks-ami",

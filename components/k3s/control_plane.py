@@ -9,7 +9,7 @@ import pulumi
 import pulumi_random as random
 import pulumi_tls as tls
 
-from components.cluster import PlatformTraits
+from components.cluster import GpuPool, PlatformTraits
 from components.compat import DriverFacts, operator_driver
 from components.k3s.cloudinit import API_PORT, agent_secret_payload, server_secret_payload
 from components.k3s.pki import K3sPki
@@ -28,6 +28,11 @@ def k3s_traits(spec: ClusterSpec, accelerator_label: str) -> PlatformTraits:
         accelerator_label=accelerator_label,
         containerd_socket=CONTAINERD_SOCKET,
     )
+
+
+def agent_taints(pool: GpuPool) -> list[str]:
+    """k3s `node-taint` strings: key=value:Effect, or key:Effect for a taint without a value."""
+    return [f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in pool.taints]
 
 
 def _b64(text: str) -> str:

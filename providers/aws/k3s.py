@@ -29,7 +29,7 @@ from components.configbase import ConfigIssue, config_path, raise_if_any
 from components.gpu_operator import OPERATOR_NAMESPACE
 from components.helm import helm_release
 from components.k3s.cloudinit import API_PORT, AgentNode, ServerNode, agent_cloud_config, server_cloud_config
-from components.k3s.control_plane import K3sControlPlane, k3s_traits
+from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class
 from providers.aws import addons
@@ -88,11 +88,6 @@ def ubuntu_ami(arch: str) -> str:
 def agent_labels(pool: GpuPool) -> dict[str, str]:
     """The pool's node labels plus its capacity type, which the termination handler selects spot nodes by."""
     return {**pool.node_labels, CAPACITY_LABEL: "spot" if pool.spec.spot else "on-demand"}
-
-
-def agent_taints(pool: GpuPool) -> list[str]:
-    """k3s `node-taint` strings: key=value:Effect, or key:Effect for a taint without a value."""
-    return [f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in pool.taints]
 
 
 def asg_tags(cluster_name: str, pool: GpuPool, cluster_unneeded_time: str) -> dict[str, str]:

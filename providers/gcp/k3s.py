@@ -27,7 +27,7 @@ from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, 
 from components.configbase import ConfigIssue, config_path, raise_if_any
 from components.gpu_operator import OPERATOR_NAMESPACE, GpuOperator, GpuOperatorArgs
 from components.k3s.cloudinit import API_PORT, AgentNode, ServerNode, agent_cloud_config, server_cloud_config
-from components.k3s.control_plane import K3sControlPlane, k3s_traits
+from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class, default_storage_class_manifest
 from providers.gcp.autoscaling import (
@@ -96,10 +96,6 @@ def gcp_k3s_issues(spec: ClusterSpec, region: str) -> Iterable[ConfigIssue]:
 def pool_zone(spec: ClusterSpec, pool: GpuPool) -> str:
     """The pool's own zone, or the network's first: GPU models differ by zone, so name it when it matters."""
     return (pool.spec.zones or spec.network.zones)[0]
-
-
-def agent_taints(pool: GpuPool) -> list[str]:
-    return [f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in pool.taints]
 
 
 @dataclass(frozen=True)
@@ -239,25 +235,28 @@ class GcpK3sCluster(pulumi.ComponentResource):
         """Exactly the k3s ports, between the cluster's service accounts; the API also from the admin CIDRs
         and the load balancer's health checks. Compute Engine denies all other ingress."""
         servers, agents = identities.servers.email, identities.agents.email
-        rules: list[tuple[str, str, str, dict[str, object]]] = [
-            ("api-admins", "tcp", str(API_PORT), {"source_ranges": list(spec.api_access_cidrs)}),
-            ("api-health-checks", "tcp", str(API_PORT), {"source_ranges": list(HEALTH_CHECK_RANGES)}),
-            ("api-nodes", "tcp", str(API_PORT), {"source_service_accounts": [servers, agents]}),
-            ("vxlan", "udp", str(FLANNEL_VXLAN_PORT), {"source_service_accounts": [servers, agents]}),
-            ("kubelet", "tcp", str(KUBELET_PORT), {"source_service_accounts": [servers, agents]}),
+        nodes = [servers, agents]
+        # (rule, protocol, port, source CIDRs or source service accounts, target service accounts)
+        rules: list[tuple[str, str, str, list[str] | list[pulumi.Output[str]], list[pulumi.Output[str]]]] = [
+            ("api-admins", "tcp", str(API_PORT), list(spec.api_access_cidrs), [servers]),
+            ("api-health-checks", "tcp", str(API_PORT), list(HEALTH_CHECK_RANGES), [servers]),
+            ("api-nodes", "tcp", str(API_PORT), nodes, [servers]),
+            ("vxlan", "udp", str(FLANNEL_VXLAN_PORT), nodes, nodes),
+            ("kubelet", "tcp", str(KUBELET_PORT), nodes, nodes),
         ]
         if spec.system_pool.nodes > 1:
-            rules.append(("etcd", "tcp", ETCD_PORTS, {"source_service_accounts": [servers]}))
-        to_all = ("vxlan", "kubelet")
-        for rule, protocol, port, source in rules:
+            rules.append(("etcd", "tcp", ETCD_PORTS, [servers], [servers]))
+        for rule, protocol, port, sources, targets in rules:
+            from_ranges = all(isinstance(source, str) for source in sources)
             gcp.compute.Firewall(
                 f"{name}-{rule}",
                 network=network.network,
                 direction="INGRESS",
                 allows=[gcp.compute.FirewallAllowArgs(protocol=protocol, ports=[port])],
-                target_service_accounts=[servers, agents] if rule in to_all else [servers],
+                source_ranges=sources if from_ranges else None,
+                source_service_accounts=None if from_ranges else sources,
+                target_service_accounts=targets,
                 description=f"k3s {rule} of {spec.name}",
-                **source,  # type: ignore[arg-type]
                 opts=pulumi.ResourceOptions(parent=self),
             )
 

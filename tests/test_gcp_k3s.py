@@ -1,0 +1,658 @@
+"""Graph, security, autoscaler and storage tests of the gcp-k3s stack, and the bad inputs it refuses."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import ipaddress
+import json
+import re
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from components.catalog import load_catalog
+from components.k3s import cloudinit
+from components.spec import SUPPORTED_KUBERNETES_MINORS
+from providers.gcp import pd_csi
+from providers.gcp.autoscaling import AUTOSCALER_READ_PERMISSIONS, AUTOSCALER_RESIZE_PERMISSIONS
+from providers.gcp.files import fetch_secret
+from tests.conftest import (
+    assert_refused_before_any_resource,
+    delete_key,
+    node_drop_in,
+    set_path,
+    upstream,
+    upstream_yaml,
+    user_data_files,
+)
+from tests.test_contracts import AUTOSCALER_FLAGS, unknown_values
+from tools.engine import Recording, Secret, run_program
+
+FIREWALL = "gcp:compute/firewall:Firewall"
+INSTANCE = "gcp:compute/instance:Instance"
+TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
+GROUP_MANAGER = "gcp:compute/instanceGroupManager:InstanceGroupManager"
+SERVERS_SA = "serviceAccount:ml-k3s-servers@gpu-k8s-demo.iam.gserviceaccount.com"
+AGENTS_SA = "serviceAccount:ml-k3s-agents@gpu-k8s-demo.iam.gserviceaccount.com"
+# cloudprovider/gce/gce_url.go: the instance group URL the autoscaler's --nodes flag takes.
+MIG_URL = re.compile(
+    r"^https://www\.googleapis\.com/compute/v1/projects/(.*)/zones/(.*)/instanceGroups/(.*)$"
+)
+
+
+# --- the autoscaler's kube-env parser, ported line by line from cloudprovider/gce/templates.go ---
+
+
+def extract_autoscaler_var(kube_env: str, name: str) -> tuple[str, bool]:
+    """extractAutoscalerVarFromKubeEnv: kube-env is YAML map[string]string; AUTOSCALER_ENV_VARS is split on
+    ";", each item on the first "=", and the value trimmed of spaces and quotes."""
+    values = yaml.safe_load(kube_env)
+    assert isinstance(values, dict) and all(isinstance(v, str) for v in values.values())
+    variables = values.get("AUTOSCALER_ENV_VARS", "")
+    if variables.strip(" ") == "":
+        return "", False
+    for item in variables.split(";"):
+        item = item.strip(" ")
+        parts = item.split("=", 1)
+        if len(parts) != 2:
+            raise ValueError(f"malformed autoscaler var: {item}")
+        if parts[0].strip(" ") == name:
+            return parts[1].strip(" \"'"), True
+    return "", False
+
+
+def parse_key_value_list(text: str) -> dict[str, str]:
+    """parseKeyValueListToMap: ","-separated key=value, split on the first "="."""
+    result: dict[str, str] = {}
+    if not text:
+        return result
+    for item in text.split(","):
+        parts = item.split("=", 1)
+        if len(parts) != 2:
+            raise ValueError(f"error while parsing key-value list, val: {item}")
+        result[parts[0]] = parts[1]
+    return result
+
+
+def build_taints(taints: dict[str, str]) -> set[tuple[str, str, str]]:
+    """buildTaints: each value is value:Effect, split on the first ":"."""
+    result = set()
+    for key, value in taints.items():
+        parts = value.split(":", 1)
+        if len(parts) != 2:
+            raise ValueError(f"error while parsing node taint value and effect: {value}")
+        result.add((key, parts[0], parts[1]))
+    return result
+
+
+def autoscaler_view(kube_env: str) -> dict[str, Any]:
+    """What the autoscaler builds a node of the group from."""
+    labels, _ = extract_autoscaler_var(kube_env, "node_labels")
+    taints, _ = extract_autoscaler_var(kube_env, "node_taints")
+    resources, _ = extract_autoscaler_var(kube_env, "extended_resources")
+    options, _ = extract_autoscaler_var(kube_env, "autoscaling_options")
+    return {
+        "labels": parse_key_value_list(labels),
+        "taints": build_taints(parse_key_value_list(taints)),
+        "resources": parse_key_value_list(resources),
+        "options": parse_key_value_list(options),
+        "os": extract_autoscaler_var(kube_env, "os")[0],
+        "os_distribution": extract_autoscaler_var(kube_env, "os_distribution")[0],
+        "arch": extract_autoscaler_var(kube_env, "arch")[0],
+    }
+
+
+def test_the_ported_parser_reads_upstreams_own_example_and_refuses_broken_input():
+    # The kube-env of cloudprovider/gce/templates_test.go TestExtractExtendedResourcesFromKubeEnv.
+    upstream_example = (
+        "AUTOSCALER_ENV_VARS: node_labels=a=b,c=d,cloud.google.com/gke-nodepool=pool-3,"
+        "cloud.google.com/gke-preemptible=true;node_taints='dedicated=ml:NoSchedule,test=dev:PreferNoSchedule,"
+        "a=b:c';kube_reserved=cpu=1000m,memory=300000Mi;extended_resources=foo=10"
+    )
+    view = autoscaler_view(upstream_example)
+    assert view["resources"] == {"foo": "10"}
+    assert ("dedicated", "ml", "NoSchedule") in view["taints"]
+    assert view["labels"]["cloud.google.com/gke-nodepool"] == "pool-3"
+    with pytest.raises(ValueError):
+        autoscaler_view("AUTOSCALER_ENV_VARS: node_labels=a=b;broken")
+    with pytest.raises(ValueError):
+        autoscaler_view("AUTOSCALER_ENV_VARS: node_taints=dedicated=ml")
+
+
+# --- helpers ---
+
+
+def template(rec: Recording, pool: str) -> dict[str, Any]:
+    return rec.by_name(f"ml-gpu-{pool}-template").inputs
+
+
+def agent_user_data(rec: Recording, pool: str) -> str:
+    return template(rec, pool)["metadata"]["user-data"]
+
+
+def secret_payload(rec: Recording, audience: str) -> dict[str, str]:
+    value = rec.by_name(f"ml-{audience}-bootstrap-value").inputs["secretData"]
+    assert isinstance(value, Secret)
+    return json.loads(value.value)["files"]
+
+
+def resolved_pools(rec_config: dict[str, Any]) -> dict[str, Any]:
+    return {pool["name"]: pool for pool in rec_config["gpu-k8s:cluster"]["gpuPools"]}
+
+
+# --- servers, load balancer, no SSH ---
+
+
+def test_servers_are_shielded_private_os_login_vms_on_reserved_addresses(gcp_k3s):
+    servers = sorted(gcp_k3s.by_type(INSTANCE), key=lambda r: r.name)
+    assert [s.inputs["zone"] for s in servers] == ["us-central1-a", "us-central1-b", "us-central1-c"]
+    for server in servers:
+        inputs = server.inputs
+        assert inputs["machineType"] == "e2-standard-4"
+        assert inputs["shieldedInstanceConfig"] == {
+            "enableSecureBoot": True,
+            "enableVtpm": True,
+            "enableIntegrityMonitoring": True,
+        }
+        interface = inputs["networkInterfaces"][0]
+        assert "accessConfigs" not in interface, "servers have no public address"
+        address = gcp_k3s.by_name(f"{server.name}-address")
+        assert address.inputs["addressType"] == "INTERNAL" and address.urn in server.dependencies
+        assert ipaddress.IPv4Address(interface["networkIp"]) in ipaddress.IPv4Network("10.40.0.0/20")
+        assert inputs["serviceAccount"]["email"] == SERVERS_SA.removeprefix("serviceAccount:")
+        assert inputs["bootDisk"]["initializeParams"]["image"].endswith("/family/ubuntu-2404-lts-amd64")
+        assert "bootDisk.initializeParams.image" in server.options["ignoreChanges"]
+
+
+def test_no_ssh_anywhere(gcp_k3s):
+    metadata = [r.inputs["metadata"] for r in gcp_k3s.by_type(INSTANCE) + gcp_k3s.by_type(TEMPLATE)]
+    for items in metadata:
+        assert items["enable-oslogin"] == "TRUE"
+        assert items["block-project-ssh-keys"] == "TRUE"
+        assert items["serial-port-enable"] == "FALSE"
+        assert "ssh-keys" not in items and "sshKeys" not in items
+        assert "ssh_authorized_keys" not in items["user-data"]
+    for rule in gcp_k3s.by_type(FIREWALL):
+        for allow in rule.inputs["allows"]:
+            assert "22" not in allow["ports"]
+        assert "0.0.0.0/0" not in rule.inputs.get("sourceRanges", [])
+
+
+def test_firewall_is_exactly_the_k3s_ports_between_the_clusters_identities(gcp_k3s, gcp_k3s_config):
+    rules = {
+        r.name.removeprefix("ml-"): (
+            r.inputs["allows"][0]["protocol"],
+            tuple(r.inputs["allows"][0]["ports"]),
+            tuple(r.inputs.get("sourceServiceAccounts", r.inputs.get("sourceRanges"))),
+            tuple(r.inputs["targetServiceAccounts"]),
+        )
+        for r in gcp_k3s.by_type(FIREWALL)
+    }
+    servers, agents = (sa.removeprefix("serviceAccount:") for sa in (SERVERS_SA, AGENTS_SA))
+    admins = tuple(gcp_k3s_config["gpu-k8s:cluster"]["apiAccessCidrs"])
+    assert rules == {
+        "api-admins": ("tcp", ("6443",), admins, (servers,)),
+        "api-health-checks": (
+            "tcp",
+            ("6443",),
+            ("35.191.0.0/16", "209.85.152.0/22", "209.85.204.0/22"),
+            (servers,),
+        ),
+        "api-nodes": ("tcp", ("6443",), (servers, agents), (servers,)),
+        "vxlan": ("udp", ("8472",), (servers, agents), (servers, agents)),
+        "kubelet": ("tcp", ("10250",), (servers, agents), (servers, agents)),
+        "etcd": ("tcp", ("2379-2380",), (servers,), (servers,)),
+    }
+    for rule in gcp_k3s.by_type(FIREWALL):
+        assert rule.inputs["direction"] == "INGRESS"
+
+
+def test_one_server_opens_no_etcd_port(gcp_k3s_config):
+    config = copy.deepcopy(gcp_k3s_config)
+    config["gpu-k8s:cluster"]["systemPool"]["nodes"] = 1
+    rec = run_program("single", config)
+    assert len(rec.by_type(INSTANCE)) == 1
+    assert not [r for r in rec.by_type(FIREWALL) if r.name == "ml-etcd"]
+    server_config = yaml.safe_load(
+        user_data_files(rec.by_name("ml-server-0").inputs["metadata"]["user-data"])[
+            f"{cloudinit.CONFIG_DIR}/config.yaml"
+        ]
+    )
+    assert "cluster-init" not in server_config
+
+
+def test_static_address_is_in_tls_san_the_kubeconfig_and_the_load_balancer(gcp_k3s):
+    assert gcp_k3s.by_name("ml-api-address").inputs["addressType"] == "EXTERNAL"
+    rule = gcp_k3s.by_name("ml-api").inputs
+    address = {"address": rule["ipAddress"]}
+    assert ipaddress.IPv4Address(address["address"]).is_global
+    for server in gcp_k3s.by_type(INSTANCE):
+        config = yaml.safe_load(
+            user_data_files(server.inputs["metadata"]["user-data"])[f"{cloudinit.CONFIG_DIR}/config.yaml"]
+        )
+        assert config["tls-san"] == [address["address"]]
+    kubeconfig = gcp_k3s.by_name("ml-k8s").inputs["kubeconfig"]
+    assert isinstance(kubeconfig, Secret)
+    assert (
+        json.loads(kubeconfig.value)["clusters"][0]["cluster"]["server"]
+        == f"https://{address['address']}:6443"
+    )
+    assert (rule["ipAddress"], rule["ports"], rule["loadBalancingScheme"]) == (
+        address["address"],
+        ["6443"],
+        "EXTERNAL",
+    )
+    backend = gcp_k3s.by_name("ml-api-backend")
+    assert gcp_k3s.by_name("ml-api-backend").urn in gcp_k3s.by_name("ml-api").dependencies
+    assert gcp_k3s.by_name("ml-api-health").inputs["tcpHealthCheck"]["port"] == 6443
+    groups = {b["group"] for b in backend.inputs["backends"]}
+    members = {
+        link
+        for zone in ("us-central1-a", "us-central1-b", "us-central1-c")
+        for link in gcp_k3s.by_name(f"ml-servers-{zone}").inputs["instances"]
+    }
+    assert len(groups) == 3
+    assert len(members) == 3 and all("/instances/ml-server-" in link for link in members)
+
+
+# --- secrets ---
+
+
+def test_secrets_are_secret_read_only_by_their_own_identity_and_absent_from_metadata(gcp_k3s):
+    readers = {
+        r.name: (r.inputs["member"], r.inputs["role"], r.inputs["secretId"])
+        for r in gcp_k3s.by_type("gcp:secretmanager/secretIamMember:SecretIamMember")
+    }
+    assert readers == {
+        "ml-servers-bootstrap-reader": (
+            SERVERS_SA,
+            "roles/secretmanager.secretAccessor",
+            "projects/gpu-k8s-demo/secrets/ml-k3s-servers",
+        ),
+        "ml-agents-bootstrap-reader": (
+            AGENTS_SA,
+            "roles/secretmanager.secretAccessor",
+            "projects/gpu-k8s-demo/secrets/ml-k3s-agents",
+        ),
+    }
+    files = secret_payload(gcp_k3s, "servers")
+    needles = [files[cloudinit.TOKEN_FILE], files[cloudinit.AGENT_TOKEN_FILE]]
+    needles += [content for path, content in files.items() if path.endswith(".key")]
+    assert secret_payload(gcp_k3s, "agents") == {
+        cloudinit.AGENT_TOKEN_FILE: files[cloudinit.AGENT_TOKEN_FILE]
+    }
+    metadata = [r.inputs["metadata"] for r in gcp_k3s.by_type(INSTANCE) + gcp_k3s.by_type(TEMPLATE)]
+    for items in metadata:
+        text = json.dumps(items)
+        for needle in needles:
+            assert needle not in text
+        assert "PRIVATE KEY" not in text and "K10" not in text
+    for name in ("clusterName", "gpuPools", "gpuDriver"):
+        assert "PRIVATE KEY" not in json.dumps(gcp_k3s.outputs[name])
+
+
+def test_nodes_boot_only_after_their_secret_value_and_access_exist(gcp_k3s):
+    for server in gcp_k3s.by_type(INSTANCE):
+        assert gcp_k3s.by_name("ml-servers-bootstrap-value").urn in server.dependencies
+        assert gcp_k3s.by_name("ml-servers-bootstrap-reader").urn in server.dependencies
+    for group in gcp_k3s.by_type(TEMPLATE):
+        assert gcp_k3s.by_name("ml-agents-bootstrap-value").urn in group.dependencies
+        assert gcp_k3s.by_name("ml-agents-bootstrap-reader").urn in group.dependencies
+
+
+def test_nodes_read_their_secret_by_name_and_facts_from_the_metadata_server(gcp_k3s):
+    files = user_data_files(agent_user_data(gcp_k3s, "l4"))
+    assert "projects/gpu-k8s-demo/secrets/ml-k3s-agents" in files[cloudinit.BOOTSTRAP_FILE]
+    facts = files[cloudinit.NODE_FACTS_FILE]
+    assert 'PROVIDER_ID="gce://$(metadata project/project-id)/$ZONE/$(metadata instance/name)"' in facts
+    assert "Metadata-Flavor: Google" in facts
+    assert "provider-id=${PROVIDER_ID}" in node_drop_in(files[cloudinit.BOOTSTRAP_FILE])["kubelet-arg"]
+
+
+def test_the_gce_fetcher_asks_the_metadata_server_then_secret_manager(monkeypatch):
+    calls = []
+    payload = json.dumps({"files": {"/etc/rancher/k3s/agent-token": "K10x::node:y"}})
+
+    def fake_urlopen(request, timeout):
+        calls.append((request.full_url, dict(request.header_items())))
+        if request.full_url.startswith(fetch_secret.METADATA):
+            return io.BytesIO(json.dumps({"access_token": "ya29.token", "expires_in": 3599}).encode())
+        body = {"name": "x", "payload": {"data": base64.b64encode(payload.encode()).decode()}}
+        return io.BytesIO(json.dumps(body).encode())
+
+    monkeypatch.setattr(fetch_secret.urllib.request, "urlopen", fake_urlopen)
+    assert fetch_secret.secret_value("projects/p/secrets/ml-k3s-agents") == payload
+    (token_url, token_headers), (access_url, access_headers) = calls
+    assert (
+        token_url
+        == "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
+    )
+    assert token_headers == {"Metadata-flavor": "Google"}
+    assert (
+        access_url
+        == "https://secretmanager.googleapis.com/v1/projects/p/secrets/ml-k3s-agents/versions/latest:access"
+    )
+    assert access_headers == {"Authorization": "Bearer ya29.token"}
+
+
+# --- GPU groups and the autoscaler ---
+
+
+def test_templates_take_machine_and_accelerators_from_the_catalog(gcp_k3s, gcp_k3s_config):
+    catalog = load_catalog()
+    for name, pool in resolved_pools(gcp_k3s_config).items():
+        inputs = template(gcp_k3s, name)
+        machine = catalog.machine_type("gcp", pool["instanceType"])
+        assert machine is not None and machine.accelerator is not None
+        assert inputs["machineType"] == machine.name
+        assert inputs["guestAccelerators"] == [{"type": machine.accelerator, "count": machine.gpu_count}]
+        assert inputs["scheduling"]["onHostMaintenance"] == "TERMINATE"
+        spot = pool.get("spot", False)
+        assert inputs["scheduling"]["provisioningModel"] == ("SPOT" if spot else "STANDARD")
+        assert inputs["scheduling"]["automaticRestart"] is (not spot)
+        assert inputs["disks"][0]["sourceImage"].endswith("/family/ubuntu-2404-lts-amd64")
+        assert inputs["shieldedInstanceConfig"]["enableSecureBoot"] is False
+        assert "accessConfigs" not in inputs["networkInterfaces"][0]
+
+
+def test_groups_are_zonal_from_zero_and_the_autoscaler_owns_their_size(gcp_k3s):
+    zones = {}
+    for group in gcp_k3s.by_type(GROUP_MANAGER):
+        assert group.inputs["targetSize"] == 0
+        assert group.options["ignoreChanges"] == ["targetSize"]
+        assert gcp_k3s.by_name(group.name.replace("-group", "-template")).urn in group.dependencies
+        zones[group.name] = group.inputs["zone"]
+    assert zones == {"ml-gpu-l4-group": "us-central1-a", "ml-gpu-a100-group": "us-central1-c"}
+
+
+def test_kube_env_parses_like_the_autoscaler_and_matches_the_pool(gcp_k3s):
+    l4 = autoscaler_view(template(gcp_k3s, "l4")["metadata"]["kube-env"])
+    assert l4["labels"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-l4",
+        "gpu-k8s.io/pool": "l4",
+        "nvidia.com/device-plugin.config": "l4",
+    }
+    assert l4["taints"] == {("nvidia.com/gpu", "true", "NoSchedule")}
+    # 1 L4 time-sliced 4 ways: the template offers 4, overriding the 1 GPU the accelerators say.
+    assert l4["resources"] == {"nvidia.com/gpu": "4"}
+    assert (l4["os"], l4["os_distribution"], l4["arch"]) == ("linux", "ubuntu", "amd64")
+    a100 = autoscaler_view(template(gcp_k3s, "a100")["metadata"]["kube-env"])
+    assert a100["labels"]["nvidia.com/mig.config"] == "all-1g.5gb"
+    assert a100["resources"] == {"nvidia.com/gpu": "7"}
+
+
+def test_kube_env_labels_and_taints_are_the_ones_the_agents_register_with(gcp_k3s):
+    for pool in ("l4", "a100"):
+        view = autoscaler_view(template(gcp_k3s, pool)["metadata"]["kube-env"])
+        node = node_drop_in(user_data_files(agent_user_data(gcp_k3s, pool))[cloudinit.BOOTSTRAP_FILE])
+        own_labels = {
+            label.split("=", 1)[0]: label.split("=", 1)[1]
+            for label in node["node-label"]
+            if "${" not in label
+        }
+        assert own_labels == view["labels"]
+        assert {(k, v, e) for k, v, e in view["taints"]} == {
+            (taint.split("=")[0], taint.split("=")[1].split(":")[0], taint.split(":")[1])
+            for taint in node["node-taint"]
+        }
+
+
+def test_a_pool_idle_for_longer_carries_its_own_scale_down_time(gcp_k3s_config):
+    config = copy.deepcopy(gcp_k3s_config)
+    config["gpu-k8s:cluster"]["gpuPools"][1]["scaleDownUnneededTime"] = "30m"
+    config["gpu-k8s:cluster"]["gpuPools"][1]["taints"] = [{"key": "example.com/team", "effect": "NoExecute"}]
+    rec = run_program("options", config)
+    view = autoscaler_view(template(rec, "a100")["metadata"]["kube-env"])
+    assert view["options"] == {"scaledownunneededtime": "30m0s"}
+    assert ("example.com/team", "", "NoExecute") in view["taints"]
+    assert autoscaler_view(template(rec, "l4")["metadata"]["kube-env"])["options"] == {}
+
+
+def test_autoscaler_nodes_flags_name_exactly_the_groups(gcp_k3s, gcp_k3s_config):
+    values = gcp_k3s.by_name("ml-autoscaler-release").inputs["values"]
+    assert values["cloudProvider"] == "gce"
+    groups = {(g.inputs["zone"], g.id.rsplit("/", 1)[1]): g for g in gcp_k3s.by_type(GROUP_MANAGER)}
+    pools = resolved_pools(gcp_k3s_config)
+    seen = set()
+    for entry in values["autoscalingGroups"]:
+        project, zone, name = MIG_URL.match(entry["name"]).groups()
+        assert project == "gpu-k8s-demo"
+        group = groups[(zone, name)]
+        pool = pools[group.name.removeprefix("ml-gpu-").removesuffix("-group")]
+        assert (entry["minSize"], entry["maxSize"]) == (pool.get("minNodes", 0), pool["maxNodes"])
+        seen.add(group.name)
+    assert seen == {g.name for g in gcp_k3s.by_type(GROUP_MANAGER)}
+    assert (
+        gcp_k3s.by_name("ml-autoscaler-resizes").urn in gcp_k3s.by_name("ml-autoscaler-release").dependencies
+    )
+
+
+def test_autoscaler_may_resize_exactly_the_groups_and_read_what_it_plans_with(gcp_k3s):
+    reader = gcp_k3s.by_name("ml-autoscaler-reader").inputs
+    resizer = gcp_k3s.by_name("ml-autoscaler-resizer").inputs
+    assert reader["permissions"] == list(AUTOSCALER_READ_PERMISSIONS)
+    assert all(p.endswith((".get", ".list")) for p in reader["permissions"])
+    assert resizer["permissions"] == list(AUTOSCALER_RESIZE_PERMISSIONS)
+    binding = gcp_k3s.by_name("ml-autoscaler-resizes").inputs
+    assert binding["member"] == SERVERS_SA and binding["role"].endswith("/roles/ml_autoscaler_resizer")
+    names = set(re.findall(r'resource\.name == "([^"]+)"', binding["condition"]["expression"]))
+    assert names == {
+        f"projects/gpu-k8s-demo/zones/{g.inputs['zone']}/instanceGroupManagers/{g.id.rsplit('/', 1)[1]}"
+        for g in gcp_k3s.by_type(GROUP_MANAGER)
+    }
+
+
+def test_autoscaler_values_exist_in_the_pinned_chart(gcp_k3s):
+    chart = upstream_yaml("cluster-autoscaler/9.59.0/values.yaml")
+    values = gcp_k3s.by_name("ml-autoscaler-release").inputs["values"]
+    assert unknown_values(values, chart) == []
+    assert set(values["extraArgs"]) <= AUTOSCALER_FLAGS
+    assert chart["autoscalingGroups"] == [] and "cloudProvider" in chart
+
+
+# --- spot ---
+
+
+def test_spot_agents_hold_shutdown_for_the_preemption_notice(gcp_k3s):
+    spot = user_data_files(agent_user_data(gcp_k3s, "l4"))
+    drop_in = yaml.safe_load(spot[cloudinit.KUBELET_CONFIG_DROP_IN])
+    assert drop_in == {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "shutdownGracePeriod": "30s",
+        "shutdownGracePeriodCriticalPods": "15s",
+    }
+    assert cloudinit.KUBELET_CONFIG_DROP_IN.endswith(".conf"), "the kubelet reads only *.conf drop-ins"
+    assert cloudinit.KUBELET_CONFIG_DROP_IN not in user_data_files(agent_user_data(gcp_k3s, "a100"))
+
+
+# --- storage ---
+
+
+def test_pd_csi_objects_pass_strict_schema_validation():
+    for minor in SUPPORTED_KUBERNETES_MINORS:
+        for manifest in pd_csi.pd_csi_manifests({"gpu-k8s.io/pool": "system"}):
+            kubernetes_validate.validate(manifest, f"{minor}.0", strict=True)
+
+
+def test_pd_csi_is_upstreams_deployment_without_a_key_and_with_a_working_image():
+    manifests = pd_csi.pd_csi_manifests({"gpu-k8s.io/pool": "system"})
+    names = {(m["kind"], m["metadata"]["name"]) for m in manifests}
+    root = "gcp-compute-persistent-disk-csi-driver/v1.26.4/deploy/kubernetes/base"
+    upstream_objects = [
+        doc
+        for path in (
+            "controller/cluster_setup.yaml",
+            "controller/controller.yaml",
+            "controller/v1_csidriver.yaml",
+            "controller/rbac-taint-controller.yaml",
+            "node_linux/node.yaml",
+        )
+        for doc in yaml.safe_load_all(upstream(f"{root}/{path}").read_text())
+        if doc
+    ]
+    expected = {
+        (o["kind"], o["metadata"]["name"])
+        for o in upstream_objects
+        if not o["metadata"]["name"].endswith("-win")
+    }
+    assert names == expected | {("Namespace", "gce-pd-csi-driver")}
+    text = json.dumps(manifests)
+    assert "GOOGLE_APPLICATION_CREDENTIALS" not in text and "cloud-sa" not in text
+    images = {
+        c["image"]
+        for m in manifests
+        if m["kind"] in ("Deployment", "DaemonSet")
+        for c in m["spec"]["template"]["spec"]["containers"]
+    }
+    assert all(":" in image for image in images)
+    assert "registry.k8s.io/cloud-provider-gcp/gcp-compute-persistent-disk-csi-driver:v1.26.0" in images
+    controller = next(m for m in manifests if m["kind"] == "Deployment")
+    pod = controller["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux", "gpu-k8s.io/pool": "system"}
+    attacher = pod["containers"][1]
+    assert attacher["name"] == "csi-attacher"
+    assert attacher["args"][-2:] == ["--max-grpc-log-length=10000", "--default-fstype=ext4"]
+    assert all(
+        m["metadata"].get("namespace") == "gce-pd-csi-driver"
+        for m in manifests
+        if m["kind"] in ("Deployment", "DaemonSet", "ServiceAccount", "Role", "RoleBinding")
+    )
+    for m in manifests:
+        for subject in m.get("subjects", []):
+            assert subject["namespace"] == "gce-pd-csi-driver"
+
+
+def test_pd_csi_runs_as_the_servers_with_upstreams_roles_and_acts_only_as_node_accounts(gcp_k3s):
+    role = gcp_k3s.by_name("ml-pd-csi-role").inputs
+    custom = upstream_yaml(
+        "gcp-compute-persistent-disk-csi-driver/v1.26.4/deploy/gcp-compute-persistent-disk-csi-driver-custom-role.yaml"
+    )
+    assert role["permissions"] == custom["includedPermissions"]
+    project_roles = {
+        r.inputs["role"]
+        for r in gcp_k3s.by_type("gcp:projects/iAMMember:IAMMember")
+        if r.inputs["member"] == SERVERS_SA
+    }
+    assert "roles/iam.serviceAccountUser" not in project_roles
+    assert {"roles/compute.storageAdmin", role_name(gcp_k3s, "ml-pd-csi-role")} <= project_roles
+    acts_as = {
+        (r.inputs["serviceAccountId"], r.inputs["role"], r.inputs["member"])
+        for r in gcp_k3s.by_type("gcp:serviceaccount/iAMMember:IAMMember")
+    }
+    assert acts_as == {
+        (
+            f"projects/gpu-k8s-demo/serviceAccounts/{sa.removeprefix('serviceAccount:')}",
+            "roles/iam.serviceAccountUser",
+            SERVERS_SA,
+        )
+        for sa in (SERVERS_SA, AGENTS_SA)
+    }
+    agent_roles = {
+        r.inputs["role"]
+        for r in gcp_k3s.by_type("gcp:projects/iAMMember:IAMMember")
+        if r.inputs["member"] == AGENTS_SA
+    }
+    assert agent_roles == set(), "agents need no project role"
+
+
+def role_name(rec: Recording, resource: str) -> str:
+    return f"projects/gpu-k8s-demo/roles/{rec.by_name(resource).inputs['roleId']}"
+
+
+def test_default_storage_class_is_balanced_pd_after_the_driver(gcp_k3s):
+    storage_class = gcp_k3s.by_name("ml-storage-class")
+    assert storage_class.inputs["provisioner"] == "pd.csi.storage.gke.io"
+    assert storage_class.inputs["parameters"] == {"type": "pd-balanced"}
+    assert storage_class.inputs["volumeBindingMode"] == "WaitForFirstConsumer"
+    for driver_part in (
+        "ml-pd-csi-csidriver-pd.csi.storage.gke.io",
+        "ml-pd-csi-deployment-csi-gce-pd-controller",
+    ):
+        assert gcp_k3s.by_name(driver_part).urn in storage_class.dependencies
+
+
+def test_gpu_operator_installs_the_driver_and_uses_the_k3s_containerd(gcp_k3s):
+    values = gcp_k3s.by_name("ml-gpu-operator-release").inputs["values"]
+    assert values["driver"]["enabled"] is True
+    env = {e["name"]: e["value"] for e in values["toolkit"]["env"]}
+    assert env["CONTAINERD_SOCKET"] == "/run/k3s/containerd/containerd.sock"
+
+
+# --- bad input ---
+
+BAD_GCP_K3S_INPUTS = [
+    (
+        "pool-in-two-zones",
+        set_path("gpuPools.0.zones", ["us-central1-a", "us-central1-b"]),
+        "gpuPools[0].zones",
+        ("one zonal managed instance group", "one pool per zone"),
+    ),
+    (
+        "gke-network-keys",
+        set_path("network.podsCidr", "10.64.0.0/14"),
+        "network.podsCidr",
+        ("k3s gives pods and services addresses itself",),
+    ),
+    (
+        "vpc-overlaps-service-range",
+        set_path("network.cidr", "10.43.0.0/20"),
+        "network.cidr",
+        ("overlaps k3s's service range 10.43.0.0/16",),
+    ),
+    (
+        "zone-outside-the-region",
+        set_path("gpuPools.1.zones", ["europe-west4-a"]),
+        "gpuPools[1].zones[0]",
+        ("not in gcp:region us-central1",),
+    ),
+    (
+        "gpu-machine-as-server",
+        set_path("systemPool.instanceType", "g2-standard-8"),
+        "systemPool.instanceType",
+        ("not a CPU machine type",),
+    ),
+    (
+        "existing-subnet-without-network",
+        lambda c: c.update({"network": {"subnetworkName": "gpu", "zones": ["us-central1-a"]}}),
+        "network.networkName",
+        ("required key is missing",),
+    ),
+    ("two-servers", set_path("systemPool.nodes", 2), "systemPool.nodes", ("1 or 3",)),
+    (
+        "zones-missing",
+        delete_key("network.zones"),
+        "network.zones",
+        ("GCP clusters need the zones",),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutation", "path", "words"),
+    [c[1:] for c in BAD_GCP_K3S_INPUTS],
+    ids=[c[0] for c in BAD_GCP_K3S_INPUTS],
+)
+def test_bad_gcp_k3s_input_is_refused_before_any_resource(gcp_k3s_config, mutation, path, words):
+    assert_refused_before_any_resource(gcp_k3s_config, mutation, path, words)
+
+
+def test_missing_project_is_refused(gcp_k3s_config):
+    config = {key: value for key, value in gcp_k3s_config.items() if key != "gcp:project"}
+    assert_refused_before_any_resource(config, lambda cluster: None, "gcp:project", ("is not set",))
+
+
+def test_an_existing_subnet_needs_only_its_names(gcp_k3s_config):
+    config = copy.deepcopy(gcp_k3s_config)
+    config["gpu-k8s:cluster"]["network"] = {
+        "networkName": "shared",
+        "subnetworkName": "gpu",
+        "zones": ["us-central1-a", "us-central1-c"],
+    }
+    rec = run_program("existing", config)
+    assert not rec.by_type("gcp:compute/network:Network")
+    assert {r.inputs["network"] for r in rec.by_type(FIREWALL)} == {"shared"}
