@@ -14,8 +14,9 @@ from typing import Any
 import pulumi
 
 from components.cluster import POOL_LABEL, GpuCluster, GpuPool
+from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.helm import helm_release
-from components.spec import DURATION, TaintSpec
+from components.spec import DURATION, ClusterSpec, TaintSpec
 
 AUTOSCALER_HELM_REPO = "https://kubernetes.github.io/autoscaler"
 AUTOSCALER_NAMESPACE = "kube-system"
@@ -126,3 +127,22 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         )
         self.release_status = release.status
         self.register_outputs({"releaseStatus": self.release_status})
+
+
+def install_gpu_addons(
+    spec: ClusterSpec,
+    cluster: GpuCluster,
+    autoscaler_cloud_values: Mapping[str, Any],
+    autoscaler_identity: Sequence[pulumi.Resource] = (),
+) -> None:
+    """The GPU Operator and the cluster-autoscaler, on a platform whose autoscaler this toolkit runs."""
+    GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator))
+    ClusterAutoscaler(
+        f"{spec.name}-autoscaler",
+        ClusterAutoscalerArgs(
+            cluster=cluster,
+            chart_version=spec.addon_versions.cluster_autoscaler,
+            cloud_values=autoscaler_cloud_values,
+            identity=autoscaler_identity,
+        ),
+    )

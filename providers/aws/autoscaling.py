@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
-from components.autoscaler import (
-    AUTOSCALER_NAMESPACE,
-    AUTOSCALER_SERVICE_ACCOUNT,
-    ClusterAutoscaler,
-    ClusterAutoscalerArgs,
-    NodeTemplate,
-)
-from components.cluster import GpuCluster
-from components.gpu_operator import GpuOperator, GpuOperatorArgs
-from components.spec import ClusterSpec
+from components.autoscaler import AUTOSCALER_NAMESPACE, AUTOSCALER_SERVICE_ACCOUNT, NodeTemplate
 from providers.aws.iam import cluster_autoscaler_policy, pod_identity_trust_policy, role_with_policies
 
 TEMPLATE_PREFIX = "k8s.io/cluster-autoscaler/node-template"
@@ -41,22 +31,6 @@ def scale_from_zero_tags(template: NodeTemplate) -> dict[str, str]:
             template.scale_down_unneeded_time
         )
     return tags
-
-
-def install_gpu_addons(
-    spec: ClusterSpec, cluster: GpuCluster, region: str, identity: Sequence[pulumi.Resource] = ()
-) -> None:
-    """The GPU Operator and the cluster-autoscaler (AWS provider, ASG auto-discovery) on an AWS cluster."""
-    GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator))
-    ClusterAutoscaler(
-        f"{spec.name}-autoscaler",
-        ClusterAutoscalerArgs(
-            cluster=cluster,
-            chart_version=spec.addon_versions.cluster_autoscaler,
-            cloud_values=autoscaler_cloud_values(spec.name, region),
-            identity=identity,
-        ),
-    )
 
 
 def autoscaler_cloud_values(cluster_name: str, region: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.autoscaler import cluster_scale_down_unneeded_time
+from components.autoscaler import cluster_scale_down_unneeded_time, install_gpu_addons
 from components.catalog import Catalog, load_catalog
 from components.cluster import GpuCluster, PlatformTraits, platform_issues, resolve_pools
 from components.compat import DriverFacts, DriverVersion
@@ -18,7 +18,7 @@ from components.kubeconfig import exec_kubeconfig
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class
 from providers.aws import addons
-from providers.aws.autoscaling import ACCELERATOR_LABEL, AutoscalerIdentity, install_gpu_addons
+from providers.aws.autoscaling import ACCELERATOR_LABEL, AutoscalerIdentity, autoscaler_cloud_values
 from providers.aws.iam import (
     EKS_CLUSTER_POLICIES,
     EKS_NODE_POLICIES,
@@ -243,5 +243,7 @@ def build(spec: ClusterSpec) -> GpuCluster:
         spec.name, EksClusterArgs(spec, region, catalog), opts=pulumi.ResourceOptions(providers=[provider])
     )
     cluster = eks.handle
-    install_gpu_addons(spec, cluster, region, identity=[eks.autoscaler_identity.association])
+    install_gpu_addons(
+        spec, cluster, autoscaler_cloud_values(spec.name, region), [eks.autoscaler_identity.association]
+    )
     return cluster

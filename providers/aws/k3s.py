@@ -21,6 +21,7 @@ import pulumi_kubernetes as k8s
 from components.autoscaler import (
     SYSTEM_POOL_NAME,
     cluster_scale_down_unneeded_time,
+    install_gpu_addons,
     node_template,
 )
 from components.catalog import load_catalog
@@ -33,7 +34,7 @@ from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_trai
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class
 from providers.aws import addons
-from providers.aws.autoscaling import ACCELERATOR_LABEL, install_gpu_addons, scale_from_zero_tags
+from providers.aws.autoscaling import ACCELERATOR_LABEL, autoscaler_cloud_values, scale_from_zero_tags
 from providers.aws.iam import (
     MANAGED,
     cluster_autoscaler_policy,
@@ -537,5 +538,5 @@ def build(spec: ClusterSpec) -> GpuCluster:
         AwsK3sClusterArgs(spec, region, traits, pools),
         opts=pulumi.ResourceOptions(providers=[provider]),
     ).handle
-    install_gpu_addons(spec, cluster, region)
+    install_gpu_addons(spec, cluster, autoscaler_cloud_values(spec.name, region))
     return cluster

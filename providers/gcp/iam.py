@@ -73,3 +73,17 @@ def gke_service_agent(project_number: pulumi.Input[str]) -> pulumi.Output[str]:
     return pulumi.Output.format(
         "serviceAccount:service-{0}@container-engine-robot.iam.gserviceaccount.com", project_number
     )
+
+
+def custom_role(
+    name: str, project: str, title: str, permissions: Sequence[str], parent: pulumi.Resource
+) -> gcp.projects.IAMCustomRole:
+    """A project role with exactly `permissions`; its id is the resource name in IAM's alphabet."""
+    return gcp.projects.IAMCustomRole(
+        name,
+        role_id=name.replace("-", "_"),
+        title=title,
+        permissions=list(permissions),
+        project=project,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )

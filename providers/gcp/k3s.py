@@ -17,15 +17,14 @@ import pulumi_kubernetes as k8s
 
 from components.autoscaler import (
     SYSTEM_POOL_NAME,
-    ClusterAutoscaler,
-    ClusterAutoscalerArgs,
     cluster_scale_down_unneeded_time,
+    install_gpu_addons,
     node_template,
 )
 from components.catalog import load_catalog
 from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
 from components.configbase import ConfigIssue, config_path, raise_if_any
-from components.gpu_operator import OPERATOR_NAMESPACE, GpuOperator, GpuOperatorArgs
+from components.gpu_operator import OPERATOR_NAMESPACE
 from components.k3s.cloudinit import API_PORT, AgentNode, ServerNode, agent_cloud_config, server_cloud_config
 from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits
 from components.spec import ClusterSpec, pool_child_name
@@ -41,7 +40,7 @@ from providers.gcp.autoscaling import (
     kube_env,
     resize_condition,
 )
-from providers.gcp.iam import NodeServiceAccount
+from providers.gcp.iam import NodeServiceAccount, custom_role
 from providers.gcp.k3s_bootstrap import gce_node_bootstrap
 from providers.gcp.location import project_and_region, zone_issues
 from providers.gcp.machines import (
@@ -525,13 +524,8 @@ class GcpK3sCluster(pulumi.ComponentResource):
         attaching disks, and acting as the node accounts whose VMs it attaches disks to (granted on those two
         accounts, not project-wide)."""
         child = pulumi.ResourceOptions(parent=self)
-        role = gcp.projects.IAMCustomRole(
-            f"{name}-pd-csi-role",
-            role_id=f"{name.replace('-', '_')}_pd_csi",
-            title=f"PD CSI driver of {name}",
-            permissions=custom_role_permissions(),
-            project=project,
-            opts=child,
+        role = custom_role(
+            f"{name}-pd-csi-role", project, f"PD CSI driver of {name}", custom_role_permissions(), self
         )
         grants: list[pulumi.Resource] = [
             *identities.servers.bindings,
@@ -561,22 +555,18 @@ class GcpK3sCluster(pulumi.ComponentResource):
         """The autoscaler runs on the servers as their service account: read what it plans with, and resize
         exactly this cluster's GPU groups."""
         child = pulumi.ResourceOptions(parent=self)
-        role_id = name.replace("-", "_")
-        reader = gcp.projects.IAMCustomRole(
-            f"{name}-autoscaler-reader",
-            role_id=f"{role_id}_autoscaler_reader",
-            title=f"cluster-autoscaler of {name}: read",
-            permissions=list(AUTOSCALER_READ_PERMISSIONS),
-            project=project,
-            opts=child,
-        )
-        resizer = gcp.projects.IAMCustomRole(
-            f"{name}-autoscaler-resizer",
-            role_id=f"{role_id}_autoscaler_resizer",
-            title=f"cluster-autoscaler of {name}: resize",
-            permissions=list(AUTOSCALER_RESIZE_PERMISSIONS),
-            project=project,
-            opts=child,
+        reader, resizer = (
+            custom_role(
+                f"{name}-autoscaler-{purpose}",
+                project,
+                f"cluster-autoscaler of {name}: {what}",
+                permissions,
+                self,
+            )
+            for purpose, what, permissions in (
+                ("reader", "read", AUTOSCALER_READ_PERMISSIONS),
+                ("resizer", "resize", AUTOSCALER_RESIZE_PERMISSIONS),
+            )
         )
         group_names = pulumi.Output.all(
             *(instance_group_manager_name(project, g.zone, g.manager.name) for g in self.groups)
@@ -624,23 +614,13 @@ def build(spec: ClusterSpec) -> GpuCluster:
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
     cluster = k3s.handle
-    GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator))
-    ClusterAutoscaler(
-        f"{spec.name}-autoscaler",
-        ClusterAutoscalerArgs(
-            cluster=cluster,
-            chart_version=spec.addon_versions.cluster_autoscaler,
-            cloud_values=autoscaler_cloud_values(
-                [
-                    {
-                        "name": instance_group_url(project, group.zone, group.manager.name),
-                        "minSize": group.pool.spec.min_nodes,
-                        "maxSize": group.pool.spec.max_nodes,
-                    }
-                    for group in k3s.groups
-                ]
-            ),
-            identity=k3s.autoscaler_identity,
-        ),
-    )
+    groups = [
+        {
+            "name": instance_group_url(project, group.zone, group.manager.name),
+            "minSize": group.pool.spec.min_nodes,
+            "maxSize": group.pool.spec.max_nodes,
+        }
+        for group in k3s.groups
+    ]
+    install_gpu_addons(spec, cluster, autoscaler_cloud_values(groups), k3s.autoscaler_identity)
     return cluster
