@@ -9,10 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import providers
 from components.autoscaler import cluster_scale_down_unneeded_time, go_duration, node_template
 from components.catalog import load_catalog
 from components.cluster import PlatformTraits, resolve_pools
 from components.compat import DriverFacts, DriverVersion, operator_driver
+from components.configbase import ConfigError
 from components.gpu_operator import operator_values
 from components.spec import load_spec
 from providers.aws.autoscaling import scale_from_zero_tags
@@ -167,3 +169,23 @@ def test_the_operator_installs_the_charts_driver_unless_one_is_configured(cluste
     assert str(operator_driver(load_spec(cluster_raw))) == "580.126.20"
     cluster_raw["addonVersions"]["nvidiaDriver"] = "580.105.08"
     assert str(operator_driver(load_spec(cluster_raw))) == "580.105.08"
+
+
+def test_a_platform_missing_from_the_registry_is_named_with_the_built_ones(monkeypatch):
+    spec = load_spec(
+        {
+            "name": "ml",
+            "cloud": "aws",
+            "kind": "k3s",
+            "kubernetesVersion": "1.36",
+            "network": {"cidr": "10.40.0.0/16"},
+            "apiAccessCidrs": ["203.0.113.0/24"],
+            "systemPool": {"instanceType": "m7i.large"},
+            "gpuPools": [{"name": "l4", "instanceType": "g6.xlarge", "maxNodes": 1}],
+        }
+    )
+    monkeypatch.setattr(providers, "REGISTRY", {("aws", "eks"): "providers.aws.eks:build"})
+    with pytest.raises(ConfigError) as caught:
+        providers.builder_for(spec)
+    assert "aws/k3s" in str(caught.value) and "not yet supported" in str(caught.value)
+    assert "aws/eks" in str(caught.value)
