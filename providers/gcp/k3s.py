@@ -80,7 +80,7 @@ SECRET_ACCESSOR = "roles/secretmanager.secretAccessor"
 
 
 def gcp_k3s_issues(spec: ClusterSpec, region: str) -> Iterable[ConfigIssue]:
-    """Zones of the region, a CPU type for the servers, and one zone per GPU pool (a zonal group)."""
+    """Zones of the region, and one zone per GPU pool (a zonal group)."""
     yield from zone_issues(spec, region)
     for index, pool in enumerate(spec.gpu_pools):
         if len(pool.zones) > 1:
@@ -95,6 +95,18 @@ def gcp_k3s_issues(spec: ClusterSpec, region: str) -> Iterable[ConfigIssue]:
 def pool_zone(spec: ClusterSpec, pool: GpuPool) -> str:
     """The pool's own zone, or the network's first: GPU models differ by zone, so name it when it matters."""
     return (pool.spec.zones or spec.network.zones)[0]
+
+
+@dataclass(frozen=True)
+class IngressRule:
+    """One firewall rule to the `targets` service accounts, from CIDR `ranges` or service `accounts`."""
+
+    name: str
+    protocol: str
+    port: str
+    targets: Sequence[pulumi.Output[str]]
+    ranges: Sequence[str] = ()
+    accounts: Sequence[pulumi.Output[str]] = ()
 
 
 @dataclass(frozen=True)
@@ -235,27 +247,27 @@ class GcpK3sCluster(pulumi.ComponentResource):
         and the load balancer's health checks. Compute Engine denies all other ingress."""
         servers, agents = identities.servers.email, identities.agents.email
         nodes = [servers, agents]
-        # (rule, protocol, port, source CIDRs or source service accounts, target service accounts)
-        rules: list[tuple[str, str, str, list[str] | list[pulumi.Output[str]], list[pulumi.Output[str]]]] = [
-            ("api-admins", "tcp", str(API_PORT), list(spec.api_access_cidrs), [servers]),
-            ("api-health-checks", "tcp", str(API_PORT), list(HEALTH_CHECK_RANGES), [servers]),
-            ("api-nodes", "tcp", str(API_PORT), nodes, [servers]),
-            ("vxlan", "udp", str(FLANNEL_VXLAN_PORT), nodes, nodes),
-            ("kubelet", "tcp", str(KUBELET_PORT), nodes, nodes),
+        rules = [
+            IngressRule("api-admins", "tcp", str(API_PORT), [servers], ranges=list(spec.api_access_cidrs)),
+            IngressRule(
+                "api-health-checks", "tcp", str(API_PORT), [servers], ranges=list(HEALTH_CHECK_RANGES)
+            ),
+            IngressRule("api-nodes", "tcp", str(API_PORT), [servers], accounts=nodes),
+            IngressRule("vxlan", "udp", str(FLANNEL_VXLAN_PORT), nodes, accounts=nodes),
+            IngressRule("kubelet", "tcp", str(KUBELET_PORT), nodes, accounts=nodes),
         ]
         if spec.system_pool.nodes > 1:
-            rules.append(("etcd", "tcp", ETCD_PORTS, [servers], [servers]))
-        for rule, protocol, port, sources, targets in rules:
-            from_ranges = all(isinstance(source, str) for source in sources)
+            rules.append(IngressRule("etcd", "tcp", ETCD_PORTS, [servers], accounts=[servers]))
+        for rule in rules:
             gcp.compute.Firewall(
-                f"{name}-{rule}",
+                f"{name}-{rule.name}",
                 network=network.network,
                 direction="INGRESS",
-                allows=[gcp.compute.FirewallAllowArgs(protocol=protocol, ports=[port])],
-                source_ranges=sources if from_ranges else None,
-                source_service_accounts=None if from_ranges else sources,
-                target_service_accounts=targets,
-                description=f"k3s {rule} of {spec.name}",
+                allows=[gcp.compute.FirewallAllowArgs(protocol=rule.protocol, ports=[rule.port])],
+                source_ranges=rule.ranges or None,
+                source_service_accounts=rule.accounts or None,
+                target_service_accounts=rule.targets,
+                description=f"k3s {rule.name} of {spec.name}",
                 opts=pulumi.ResourceOptions(parent=self),
             )
 
