@@ -14,7 +14,6 @@ same steps in Python on the files pinned under `upstream/`, then adapts them to 
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -33,7 +32,6 @@ PD_CSI_ROOT = (
 )
 KUSTOMIZE_DIR = PD_CSI_ROOT / "deploy" / "kubernetes"
 CUSTOM_ROLE_FILE = PD_CSI_ROOT / "deploy" / "gcp-compute-persistent-disk-csi-driver-custom-role.yaml"
-NAMESPACE = "gce-pd-csi-driver"
 PROVISIONER = "pd.csi.storage.gke.io"
 DRIVER_IMAGE = "registry.k8s.io/cloud-provider-gcp/gcp-compute-persistent-disk-csi-driver"
 # At tag v1.26.4 the stable-master transformer still pins the driver at v1.17.4, which lacks the
@@ -121,7 +119,7 @@ def pd_csi_manifests(controller_node_selector: Mapping[str, str]) -> list[dict[s
     overlay = KUSTOMIZE_DIR / "overlays" / "stable-master"
     kustomization = _kustomization(overlay)
     objects = [
-        copy.deepcopy(obj)
+        obj
         for obj in _resources(overlay, skip=("node_windows",))
         if not obj["metadata"]["name"].endswith("-win")
     ]
