@@ -656,3 +656,78 @@ def test_an_existing_subnet_needs_only_its_names(gcp_k3s_config):
     rec = run_program("existing", config)
     assert not rec.by_type("gcp:compute/network:Network")
     assert {r.inputs["network"] for r in rec.by_type(FIREWALL)} == {"shared"}
+
+
+# --- Compute Engine enums, against Google's discovery document of the Compute API ---
+
+COMPUTE_API = "compute-api/v1-rev20261106/compute.v1.json"
+# (resource type, path in the recorded inputs; "*" = every list item) -> (API schema, API property)
+GCE_ENUM_FIELDS = {
+    (TEMPLATE, ("scheduling", "onHostMaintenance")): ("Scheduling", "onHostMaintenance"),
+    (TEMPLATE, ("scheduling", "provisioningModel")): ("Scheduling", "provisioningModel"),
+    (TEMPLATE, ("scheduling", "instanceTerminationAction")): ("Scheduling", "instanceTerminationAction"),
+    ("gcp:compute/address:Address", ("addressType",)): ("Address", "addressType"),
+    (FIREWALL, ("direction",)): ("Firewall", "direction"),
+    ("gcp:compute/forwardingRule:ForwardingRule", ("loadBalancingScheme",)): (
+        "ForwardingRule",
+        "loadBalancingScheme",
+    ),
+    ("gcp:compute/forwardingRule:ForwardingRule", ("ipProtocol",)): ("ForwardingRule", "IPProtocol"),
+    ("gcp:compute/regionBackendService:RegionBackendService", ("loadBalancingScheme",)): (
+        "BackendService",
+        "loadBalancingScheme",
+    ),
+    ("gcp:compute/regionBackendService:RegionBackendService", ("protocol",)): ("BackendService", "protocol"),
+    ("gcp:compute/regionBackendService:RegionBackendService", ("backends", "*", "balancingMode")): (
+        "Backend",
+        "balancingMode",
+    ),
+    (GROUP_MANAGER, ("updatePolicy", "type")): ("InstanceGroupManagerUpdatePolicy", "type"),
+    (GROUP_MANAGER, ("updatePolicy", "minimalAction")): ("InstanceGroupManagerUpdatePolicy", "minimalAction"),
+}
+
+
+def _values_at(value: Any, path: tuple[str, ...]) -> list[Any]:
+    if not path:
+        return [value]
+    if path[0] == "*":
+        return [v for item in value for v in _values_at(item, path[1:])]
+    return _values_at(value[path[0]], path[1:]) if isinstance(value, dict) and path[0] in value else []
+
+
+def gce_enum_problems(rec: Recording, schemas: dict[str, Any]) -> list[str]:
+    """Every enum-valued field we send that the Compute API would reject, and every table row that checks
+    nothing (a renamed provider field would otherwise go unchecked silently)."""
+    problems = []
+    for (type_, path), (schema, prop) in GCE_ENUM_FIELDS.items():
+        allowed = schemas[schema]["properties"][prop]["enum"]
+        values = [v for r in rec.by_type(type_) for v in _values_at(r.inputs, path) if v is not None]
+        if not values:
+            problems.append(f"{type_} {'.'.join(path)}: no value recorded")
+        problems += [
+            f"{type_} {'.'.join(path)}={v!r} not in {schema}.{prop}" for v in values if v not in allowed
+        ]
+    return problems
+
+
+@pytest.fixture(scope="module")
+def compute_schemas() -> dict[str, Any]:
+    return json.loads(upstream(COMPUTE_API).read_text())["schemas"]
+
+
+def test_gce_enum_values_are_the_compute_apis(gcp_k3s, compute_schemas):
+    assert gce_enum_problems(gcp_k3s, compute_schemas) == []
+
+
+def test_the_gce_enum_check_catches_a_wrong_value_and_an_unchecked_field(gcp_k3s, compute_schemas):
+    broken = copy.deepcopy(gcp_k3s)
+    group = next(r for r in broken.by_type(GROUP_MANAGER))
+    group.inputs["updatePolicy"]["type"] = "ROLLING"
+    template_inputs = broken.by_name("ml-gpu-l4-template").inputs
+    template_inputs["scheduling"]["onHostMaintenance"] = "terminate"
+    problems = gce_enum_problems(broken, compute_schemas)
+    assert any("updatePolicy.type='ROLLING'" in p for p in problems)
+    assert any("onHostMaintenance='terminate'" in p for p in problems)
+    for rule in broken.by_type(FIREWALL):
+        rule.inputs.pop("direction")
+    assert any("direction: no value recorded" in p for p in gce_enum_problems(broken, compute_schemas))
