@@ -140,8 +140,8 @@ def secret_payload(rec: Recording, audience: str) -> dict[str, str]:
     return json.loads(value.value)["files"]
 
 
-def resolved_pools(rec_config: dict[str, Any]) -> dict[str, Any]:
-    return {pool["name"]: pool for pool in rec_config["gpu-k8s:cluster"]["gpuPools"]}
+def pools_by_name(stack_config: dict[str, Any]) -> dict[str, Any]:
+    return {pool["name"]: pool for pool in stack_config["gpu-k8s:cluster"]["gpuPools"]}
 
 
 # --- servers, load balancer, no SSH ---
@@ -344,7 +344,7 @@ def test_the_gce_fetcher_asks_the_metadata_server_then_secret_manager(monkeypatc
 
 def test_templates_take_machine_and_accelerators_from_the_catalog(gcp_k3s, gcp_k3s_config):
     catalog = load_catalog()
-    for name, pool in resolved_pools(gcp_k3s_config).items():
+    for name, pool in pools_by_name(gcp_k3s_config).items():
         inputs = template(gcp_k3s, name)
         machine = catalog.machine_type("gcp", pool["instanceType"])
         assert machine is not None and machine.accelerator is not None
@@ -389,16 +389,11 @@ def test_kube_env_labels_and_taints_are_the_ones_the_agents_register_with(gcp_k3
     for pool in ("l4", "a100"):
         view = autoscaler_view(template(gcp_k3s, pool)["metadata"]["kube-env"])
         node = node_drop_in(user_data_files(agent_user_data(gcp_k3s, pool))[cloudinit.BOOTSTRAP_FILE])
-        own_labels = {
-            label.split("=", 1)[0]: label.split("=", 1)[1]
-            for label in node["node-label"]
-            if "${" not in label
-        }
+        # The node's own labels (the rest come from node facts, which the autoscaler derives itself).
+        own_labels = dict(label.split("=", 1) for label in node["node-label"] if "${" not in label)
         assert own_labels == view["labels"]
-        assert {(k, v, e) for k, v, e in view["taints"]} == {
-            (taint.split("=")[0], taint.split("=")[1].split(":")[0], taint.split(":")[1])
-            for taint in node["node-taint"]
-        }
+        # k3s node-taint key=value:Effect is the autoscaler's key -> value:Effect: the same parser reads it.
+        assert build_taints(parse_key_value_list(",".join(node["node-taint"]))) == view["taints"]
 
 
 def test_a_pool_idle_for_longer_carries_its_own_scale_down_time(gcp_k3s_config):
@@ -416,7 +411,7 @@ def test_autoscaler_nodes_flags_name_exactly_the_groups(gcp_k3s, gcp_k3s_config)
     values = gcp_k3s.by_name("ml-autoscaler-release").inputs["values"]
     assert values["cloudProvider"] == "gce"
     groups = {(g.inputs["zone"], g.id.rsplit("/", 1)[1]): g for g in gcp_k3s.by_type(GROUP_MANAGER)}
-    pools = resolved_pools(gcp_k3s_config)
+    pools = pools_by_name(gcp_k3s_config)
     seen = set()
     for entry in values["autoscalingGroups"]:
         project, zone, name = MIG_URL.match(entry["name"]).groups()
