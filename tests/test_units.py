@@ -21,6 +21,7 @@ from providers.aws.autoscaling import scale_from_zero_tags
 from providers.aws.eks import render_kubeconfig
 from providers.aws.network import subnet_plan
 from providers.aws.nodes import system_ami_type, tag_resource_suffixes
+from tests.conftest import minimal_cluster
 from tools.engine import PROJECT_ROOT
 from tools.rent import rent_rows, rent_table
 
@@ -172,18 +173,7 @@ def test_the_operator_installs_the_charts_driver_unless_one_is_configured(cluste
 
 
 def test_a_platform_missing_from_the_registry_is_named_with_the_built_ones(monkeypatch):
-    spec = load_spec(
-        {
-            "name": "ml",
-            "cloud": "aws",
-            "kind": "k3s",
-            "kubernetesVersion": "1.36",
-            "network": {"cidr": "10.40.0.0/16"},
-            "apiAccessCidrs": ["203.0.113.0/24"],
-            "systemPool": {"instanceType": "m7i.large"},
-            "gpuPools": [{"name": "l4", "instanceType": "g6.xlarge", "maxNodes": 1}],
-        }
-    )
+    spec = load_spec(minimal_cluster(kind="k3s", kubernetesVersion="1.36"))
     monkeypatch.setattr(providers, "REGISTRY", {("aws", "eks"): "providers.aws.eks:build"})
     with pytest.raises(ConfigError) as caught:
         providers.builder_for(spec)
