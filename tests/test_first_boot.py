@@ -1,0 +1,345 @@
+"""The k3s nodes' first boot, run for real: each plan's rendered cloud-config for a server and a GPU agent on
+both clouds is executed as cloud-init would (tests/node_boot.py), against local fakes of the cloud on
+127.0.0.1 and the metadata address, in namespaces that reach nothing else.
+
+These need root (namespaces, overlay and chroot), as CI and the quickstart run them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.node_boot import BootResult, Scenario, boot
+from tools.engine import Recording, Secret
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="booting a node needs root (namespaces, chroot)")
+
+K3S_VERSION = "v1.36.3+k3s1"
+CONFIG_DIR = "/etc/rancher/k3s"
+NODE_CONFIG = f"{CONFIG_DIR}/config.yaml.d/10-node.yaml"
+TLS_DIR = "/var/lib/rancher/k3s/server/tls"
+BOOT_LOG = "/var/log/gpu-k8s-bootstrap.log"
+# The kubelet's protect-kernel-defaults values (kubelet setupKernelTunables; k3s CIS hardening guide).
+KUBELET_SYSCTLS = {
+    "vm.panic_on_oom=0",
+    "vm.overcommit_memory=1",
+    "kernel.panic=10",
+    "kernel.panic_on_oops=1",
+    "kernel.keys.root_maxkeys=1000000",
+    "kernel.keys.root_maxbytes=25000000",
+}
+AWS_AGENT_FACTS = {"zone": "us-east-1b", "instance_type": "g6.xlarge", "instance_id": "i-0123456789abcdef0"}
+AWS_SERVER_FACTS = {"zone": "us-east-1a", "instance_type": "m7i.large", "instance_id": "i-0fedcba9876543210"}
+GCE_AGENT_FACTS = {
+    "zone": "us-central1-a",
+    "instance_type": "g2-standard-8",
+    "name": "ml-gpu-l4-x7kq",
+    "project": "gpu-k8s-demo",
+}
+GCE_SERVER_FACTS = {
+    "zone": "us-central1-a",
+    "instance_type": "e2-standard-4",
+    "name": "ml-server-0",
+    "project": "gpu-k8s-demo",
+}
+
+
+def revealed(value: Any) -> Any:
+    return value.value if isinstance(value, Secret) else value
+
+
+def secret_payload(recording: Recording, resource_name: str) -> str:
+    inputs = recording.by_name(resource_name).inputs
+    return revealed(inputs.get("secretString") or inputs.get("secretData"))
+
+
+def aws_agent_scenario(aws_k3s: Recording, **changes: Any) -> Scenario:
+    user_data = base64.b64decode(aws_k3s.by_name("ml-gpu-l4-lt").inputs["userData"]).decode()
+    return Scenario(
+        cloud="aws",
+        user_data=user_data,
+        secret_id=secret_arn_in(user_data),
+        secret_payload=secret_payload(aws_k3s, "ml-agents-bootstrap-value"),
+        facts=AWS_AGENT_FACTS,
+        server_address=server_address(user_data),
+        **changes,
+    )
+
+
+def aws_server_scenario(aws_k3s: Recording) -> Scenario:
+    user_data = aws_k3s.by_name("ml-server-0").inputs["userData"]
+    return Scenario(
+        cloud="aws",
+        user_data=user_data,
+        secret_id=secret_arn_in(user_data),
+        secret_payload=secret_payload(aws_k3s, "ml-servers-bootstrap-value"),
+        facts=AWS_SERVER_FACTS,
+    )
+
+
+def gce_user_data(recording: Recording, name: str) -> str:
+    return recording.by_name(name).inputs["metadata"]["user-data"]
+
+
+def gce_agent_scenario(gcp_k3s: Recording, **changes: Any) -> Scenario:
+    user_data = gce_user_data(gcp_k3s, "ml-gpu-l4-template")
+    return Scenario(
+        cloud="gce",
+        user_data=user_data,
+        secret_id="projects/gpu-k8s-demo/secrets/ml-k3s-agents",
+        secret_payload=secret_payload(gcp_k3s, "ml-agents-bootstrap-value"),
+        facts=GCE_AGENT_FACTS,
+        server_address=server_address(user_data),
+        **changes,
+    )
+
+
+def gce_server_scenario(gcp_k3s: Recording) -> Scenario:
+    return Scenario(
+        cloud="gce",
+        user_data=gce_user_data(gcp_k3s, "ml-server-0"),
+        secret_id="projects/gpu-k8s-demo/secrets/ml-k3s-servers",
+        secret_payload=secret_payload(gcp_k3s, "ml-servers-bootstrap-value"),
+        facts=GCE_SERVER_FACTS,
+    )
+
+
+def written_files(user_data: str) -> dict[str, str]:
+    return {f["path"]: f["content"] for f in yaml.safe_load(user_data)["write_files"]}
+
+
+def secret_arn_in(user_data: str) -> str:
+    script = written_files(user_data)["/usr/local/lib/gpu-k8s/bootstrap.sh"]
+    (arn,) = {word for word in script.replace('"', " ").split() if word.startswith("arn:aws:secretsmanager:")}
+    return arn
+
+
+def server_address(user_data: str) -> str:
+    server = yaml.safe_load(written_files(user_data)[f"{CONFIG_DIR}/config.yaml"])["server"]
+    return server.removeprefix("https://").removesuffix(":6443")
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def secret_strings(payload: str) -> list[str]:
+    """Every secret value the payload carries (tokens, keys), as they would appear if printed."""
+    files = json.loads(payload)["files"]
+    values = [content.strip() for content in files.values()]
+    return [*values, *(line for v in values for line in v.splitlines() if len(line) > 40)]
+
+
+def assert_nothing_secret_printed(result: BootResult, scenario: Scenario) -> None:
+    printed = result.console + (result.file(BOOT_LOG).read_text() if result.file(BOOT_LOG).exists() else "")
+    assert printed.strip(), "the boot printed no progress at all"
+    for value in secret_strings(scenario.secret_payload):
+        assert value not in printed
+
+
+def assert_secret_files_written(result: BootResult, scenario: Scenario) -> list[str]:
+    files = json.loads(scenario.secret_payload)["files"]
+    for path, content in files.items():
+        written = result.file(path)
+        assert written.read_text() == content, path
+        assert mode(written) == 0o600, path
+    return list(files)
+
+
+def node_config(result: BootResult) -> dict[str, Any]:
+    config = yaml.safe_load(result.file(NODE_CONFIG).read_text())
+    assert mode(result.file(NODE_CONFIG).parent) & 0o022 == 0  # nobody but root writes the node's config
+    return config
+
+
+def installer_call(result: BootResult) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in result.records["fakes"]["installer"].splitlines())
+
+
+def assert_kernel_settings_applied_before_k3s(result: BootResult) -> None:
+    assert result.records["fakes"]["sysctl"].split() == ["--system"]
+    assert set(result.records["fakes"]["sysctl-files"].split()) >= KUBELET_SYSCTLS
+    assert result.records["fakes"]["sequence"].split() == ["sysctl", "install"]
+
+
+def requests_to(result: BootResult, host: str) -> list[dict[str, Any]]:
+    return [r for r in result.records["requests"] if r["host"] == host]
+
+
+@pytest.fixture(scope="module")
+def aws_agent_boot(aws_k3s, tmp_path_factory) -> tuple[Scenario, BootResult]:
+    scenario = aws_agent_scenario(aws_k3s)
+    return scenario, boot(scenario, tmp_path_factory.mktemp("aws-agent"))
+
+
+@pytest.fixture(scope="module")
+def gce_agent_boot(gcp_k3s, tmp_path_factory) -> tuple[Scenario, BootResult]:
+    scenario = gce_agent_scenario(gcp_k3s)
+    return scenario, boot(scenario, tmp_path_factory.mktemp("gce-agent"))
+
+
+# --- agents ---------------------------------------------------------------------------------------------
+
+
+def test_aws_agent_boots_joins_with_its_instance_facts_and_reads_its_secret_once(aws_agent_boot):
+    scenario, result = aws_agent_boot
+    assert result.exit_code == 0, result.console
+    assert result.records["secret_reads"] == 1
+    assert assert_secret_files_written(result, scenario) == [f"{CONFIG_DIR}/agent-token"]
+    config = node_config(result)
+    assert "provider-id=aws:///us-east-1b/i-0123456789abcdef0" in config["kubelet-arg"]
+    assert {
+        "node.kubernetes.io/instance-type=g6.xlarge",
+        "topology.kubernetes.io/zone=us-east-1b",
+        "topology.kubernetes.io/region=us-east-1",
+        "gpu-k8s.io/pool=l4",
+        "k8s.amazonaws.com/accelerator=nvidia-l4",
+        "nvidia.com/device-plugin.config=l4",
+    } <= set(config["node-label"])
+    assert config["node-taint"] == ["nvidia.com/gpu=true:NoSchedule"]
+    assert installer_call(result) == {
+        "INSTALL_K3S_VERSION": K3S_VERSION,
+        "INSTALL_K3S_EXEC": "agent",
+        "ARGS": "",
+    }
+    assert [r["path"] for r in requests_to(result, INSTALLER)] == ["/k3s-io/k3s/v1.36.3%2Bk3s1/install.sh"]
+    assert [r["path"] for r in requests_to(result, scenario.server_address)] == ["/cacerts"]
+    assert_kernel_settings_applied_before_k3s(result)
+    assert_nothing_secret_printed(result, scenario)
+
+
+def test_aws_agent_uses_imdsv2_only(aws_agent_boot):
+    _, result = aws_agent_boot
+    metadata = requests_to(result, "169.254.169.254")
+    assert metadata[0]["method"] == "PUT" and metadata[0]["path"] == "/latest/api/token"
+    # Every read carried the session token: the fake answers 401 without it, and the boot succeeded.
+    assert {r["path"] for r in metadata} >= {
+        "/latest/meta-data/instance-id",
+        "/latest/meta-data/iam/security-credentials/",
+    }
+
+
+def test_gce_agent_boots_with_its_instance_facts_and_reads_its_secret_once(gce_agent_boot):
+    scenario, result = gce_agent_boot
+    assert result.exit_code == 0, result.console
+    assert result.records["secret_reads"] == 1
+    assert assert_secret_files_written(result, scenario) == [f"{CONFIG_DIR}/agent-token"]
+    config = node_config(result)
+    assert "provider-id=gce://gpu-k8s-demo/us-central1-a/ml-gpu-l4-x7kq" in config["kubelet-arg"]
+    assert {
+        "node.kubernetes.io/instance-type=g2-standard-8",
+        "topology.kubernetes.io/zone=us-central1-a",
+        "topology.kubernetes.io/region=us-central1",
+        "gpu-k8s.io/pool=l4",
+        "nvidia.com/device-plugin.config=l4",
+    } <= set(config["node-label"])
+    assert config["node-taint"] == ["nvidia.com/gpu=true:NoSchedule"]
+    assert installer_call(result)["INSTALL_K3S_EXEC"] == "agent"
+    assert_kernel_settings_applied_before_k3s(result)
+    assert_nothing_secret_printed(result, scenario)
+
+
+def test_gce_spot_agent_gets_the_graceful_shutdown_drop_in(gce_agent_boot):
+    _, result = gce_agent_boot
+    drop_in = yaml.safe_load(
+        result.file("/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/20-gpu-k8s.conf").read_text()
+    )
+    assert drop_in["kind"] == "KubeletConfiguration"
+    assert drop_in["shutdownGracePeriod"] == "30s"
+    assert drop_in["shutdownGracePeriodCriticalPods"] == "15s"
+
+
+# --- servers --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gce"])
+def test_first_server_writes_its_pki_and_starts_k3s_server(cloud, aws_k3s, gcp_k3s, tmp_path):
+    scenario = aws_server_scenario(aws_k3s) if cloud == "aws" else gce_server_scenario(gcp_k3s)
+    result = boot(scenario, tmp_path)
+    assert result.exit_code == 0, result.console
+    assert result.records["secret_reads"] == 1
+    written = assert_secret_files_written(result, scenario)
+    assert {
+        f"{CONFIG_DIR}/token",
+        f"{CONFIG_DIR}/agent-token",
+        f"{TLS_DIR}/server-ca.key",
+        f"{TLS_DIR}/client-ca.key",
+    } <= set(written)
+    assert mode(result.file(TLS_DIR)) == 0o700
+    assert mode(result.file("/var/lib/rancher/k3s/server/logs")) == 0o700
+    config = yaml.safe_load(result.file(f"{CONFIG_DIR}/config.yaml").read_text())
+    assert config["cluster-init"] is True and "server" not in config
+    assert "gpu-k8s.io/pool=system" in node_config(result)["node-label"]
+    assert installer_call(result)["INSTALL_K3S_EXEC"] == "server"
+    assert_nothing_secret_printed(result, scenario)
+
+
+# --- failures -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gce"])
+def test_a_secret_store_that_recovers_is_retried_with_backoff(cloud, aws_k3s, gcp_k3s, tmp_path):
+    make = aws_agent_scenario if cloud == "aws" else gce_agent_scenario
+    scenario = make(aws_k3s if cloud == "aws" else gcp_k3s, secret_store_failures=2)
+    result = boot(scenario, tmp_path)
+    assert result.exit_code == 0, result.console
+    assert result.records["secret_reads"] == 3 and result.records["secret_answers"] == 1
+    assert result.records["fakes"]["sleeps"].split() == ["5", "10"]
+    assert "attempt 2 of 60 failed" in result.console
+    assert installer_call(result)["INSTALL_K3S_EXEC"] == "agent"
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gce"])
+def test_a_secret_store_that_stays_down_ends_the_boot_after_60_attempts(cloud, aws_k3s, gcp_k3s, tmp_path):
+    make = aws_agent_scenario if cloud == "aws" else gce_agent_scenario
+    scenario = make(aws_k3s if cloud == "aws" else gcp_k3s, secret_store_failures=-1)
+    result = boot(scenario, tmp_path, timeout=300)
+    assert result.exit_code == 1
+    assert result.records["secret_reads"] == 60 and result.records["secret_answers"] == 0
+    sleeps = [int(s) for s in result.records["fakes"]["sleeps"].split()]
+    assert sleeps[:6] == [5, 10, 15, 20, 25, 30] and len(sleeps) == 60 and max(sleeps) == 30
+    assert re.fullmatch(
+        r"gpu-k8s: reading bootstrap secrets from \S+: giving up", result.console.splitlines()[-1]
+    )
+    assert not result.file(f"{CONFIG_DIR}/agent-token").exists()
+    assert "installer" not in result.records["fakes"]
+    assert not requests_to(result, INSTALLER)
+
+
+@pytest.mark.parametrize(
+    ("credentials", "refusal"), [("wrong-key", "SignatureDoesNotMatch"), ("no-permission", "AccessDenied")]
+)
+def test_secrets_manager_checks_the_nodes_signature_and_permission(credentials, refusal, aws_k3s, tmp_path):
+    """moto verifies the stdlib SigV4 signature and the role's policy: a wrong key or a missing grant is
+    refused, so the successful boots above prove the fetcher signs as AWS expects."""
+    result = boot(aws_agent_scenario(aws_k3s, aws_credentials=credentials), tmp_path, timeout=300)
+    assert result.exit_code == 1
+    reads = [r for r in result.records["requests"] if r["host"].startswith("secretsmanager.")]
+    assert len(reads) == 60 and all(r["status"] in (400, 403) and refusal in r["error"] for r in reads), (
+        reads[0]
+    )
+    assert result.records["secret_answers"] == 0
+
+
+def test_an_agent_whose_server_never_answers_gives_up_without_installing(aws_k3s, tmp_path):
+    scenario = aws_agent_scenario(aws_k3s, server_up=False)
+    result = boot(scenario, tmp_path, timeout=300)
+    assert result.exit_code == 1
+    assert (
+        result.console.splitlines()[-1]
+        == f"gpu-k8s: waiting for server https://{scenario.server_address}:6443: giving up"
+    )
+    assert len(result.records["fakes"]["sleeps"].split()) == 60
+    assert "installer" not in result.records["fakes"]
+
+
+INSTALLER = "raw.githubusercontent.com"
