@@ -181,3 +181,27 @@ def test_cli_refuses_unusable_stack_files_with_exit_2(tmp_path: Path, stack_text
     assert (result.returncode, result.stdout) == (2, "")
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_plan_runs_as_a_preview_and_up_runs_as_pulumi_up(aws_eks_config):
+    import pulumi
+
+    def program() -> None:
+        pulumi.export("dryRun", pulumi.runtime.is_dry_run())
+
+    assert run_program("preview", aws_eks_config, program).outputs == {"dryRun": True}
+    assert run_program("up", aws_eks_config, program, preview=False).outputs == {"dryRun": False}
+
+
+def test_up_flag_plans_the_stack_as_a_real_run():
+    result = run_plan("aws-k3s", "--up", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["stack"] == "aws-k3s"
+
+
+def test_values_known_only_after_creation_print_as_computed():
+    from pulumi.output import Unknown
+
+    from tools.plan import UNKNOWN_MARK, redact
+
+    assert redact({"a": Unknown(), "b": [Unknown(), 1.0]}) == {"a": UNKNOWN_MARK, "b": [UNKNOWN_MARK, 1]}

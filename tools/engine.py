@@ -139,6 +139,9 @@ class RealisticMocks(pulumi_mocks.Mocks):
         if token == "aws:iam/role:Role":
             id_ = outputs["name"] = f"{name}-{_fake_hex(name, 7)}"
             arn = f"arn:aws:iam::{ACCOUNT}:role/{id_}"
+        elif token == "aws:iam/instanceProfile:InstanceProfile":
+            id_ = outputs["name"] = f"{name}-{_fake_hex(name, 7)}"
+            arn = f"arn:aws:iam::{ACCOUNT}:instance-profile/{id_}"
         elif token == "aws:eks/cluster:Cluster":
             id_ = args.inputs["name"]
             outputs["endpoint"] = f"https://{_fake_hex(name, 32).upper()}.gr7.{self.region}.eks.amazonaws.com"
@@ -389,10 +392,13 @@ def run_program(
     config: Mapping[str, Any],
     program: Callable[[], None] | None = None,
     mocks: pulumi_mocks.Mocks | None = None,
+    preview: bool = True,
 ) -> Recording:
     """Run the stack program (default: the project's __main__.py) under mocks and return what it registered.
 
-    Exceptions from the program (a ConfigError, say) propagate unchanged.
+    `preview` is what `pulumi preview` runs (a dry run, `pulumi.runtime.is_dry_run()` true); `preview=False`
+    is `pulumi up`, where checks that only make sense when resources are really created apply. Exceptions
+    from the program (a ConfigError, say) propagate unchanged.
     """
     recording = Recording(stack=stack)
     # Pulumi runs the monitor's calls on the loop's default executor and each of those threads needs an
@@ -413,7 +419,7 @@ def run_program(
     logger.propagate = False
     logger.handlers = [_WarningCollector(recording.warnings)]
     pulumi.runtime.set_mocks(
-        mocks, project=PROJECT_NAME, stack=stack, preview=False, logger=logger, monitor=monitor
+        mocks, project=PROJECT_NAME, stack=stack, preview=preview, logger=logger, monitor=monitor
     )
     pulumi.runtime.set_all_config(
         {key: value if isinstance(value, str) else json.dumps(value) for key, value in config.items()}

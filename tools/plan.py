@@ -2,7 +2,12 @@
 
     python -m tools.plan aws-eks            # resource tree, dependency edges, summary
     python -m tools.plan aws-eks --json     # one JSON document (format: README.md "The offline plan")
+    python -m tools.plan aws-eks --up       # as `pulumi up` runs the program (not a dry run)
     python -m tools.plan path/to/Pulumi.x.yaml
+
+By default the program runs as `pulumi preview` does; `--up` runs it as `pulumi up` does, so checks that
+only apply when resources are really created (refusals of configs that would lock the deployer out, waits
+for a cluster to answer) are planned and tested offline too.
 
 Exit codes: 0 plan printed; 2 invalid stack config (the problems on stderr, nothing on stdout).
 """
@@ -17,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pulumi.output import Unknown
 
 from components.configbase import ConfigError
 from tools.engine import PROJECT_ROOT, Recording, Registration, Secret, run_program, stack_config
 
 SECRET_MARK = "[secret]"
+# A value known only once the resource exists (what `pulumi preview` shows as output<T>).
+UNKNOWN_MARK = "[computed]"
 
 # Inputs worth a glance in the tree, per resource type; the JSON form has them all.
 KEY_INPUTS: dict[str, tuple[str, ...]] = {
@@ -52,9 +60,12 @@ KEY_INPUTS: dict[str, tuple[str, ...]] = {
 
 
 def redact(value: Any) -> Any:
-    """Secrets become [secret]; whole-number floats (the wire format of ints) become ints."""
+    """Secrets become [secret], values known only after creation [computed]; whole-number floats (the wire
+    format of ints) become ints."""
     if isinstance(value, Secret):
         return SECRET_MARK
+    if isinstance(value, Unknown):
+        return UNKNOWN_MARK
     if isinstance(value, dict):
         return {k: redact(v) for k, v in sorted(value.items())}
     if isinstance(value, list):
@@ -195,23 +206,24 @@ def stack_name(path: Path) -> str:
     return path.name.removeprefix("Pulumi.").rsplit(".", 1)[0]
 
 
-def plan(stack: str) -> Recording:
+def plan(stack: str, up: bool = False) -> Recording:
     path = stack_file(stack)
     if not path.is_file():
         raise FileNotFoundError(
             f"no stack file {path}; stacks: "
             + ", ".join(stack_name(p) for p in sorted((PROJECT_ROOT / "stacks").glob("Pulumi.*.yaml")))
         )
-    return run_program(stack_name(path), stack_config(path))
+    return run_program(stack_name(path), stack_config(path), preview=not up)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.plan", description=__doc__.split("\n")[0])
     parser.add_argument("stack", help="stack name (aws-eks) or path to a stack file")
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON document")
+    parser.add_argument("--up", action="store_true", help="run as `pulumi up` does instead of a preview")
     args = parser.parse_args(argv)
     try:
-        recording = plan(args.stack)
+        recording = plan(args.stack, up=args.up)
     except (ConfigError, FileNotFoundError) as exc:
         print(exc, file=sys.stderr)
         return 2
