@@ -590,13 +590,6 @@ def _machine_issues(
             "fractional vGPU types are not supported; pick a type with whole GPUs, e.g. "
             + ", ".join(catalog.nearest_gpu_types(cloud, pool.instance_type.replace("f.", "."))),
         )
-    elif not machine.has_whole_gpus:
-        yield ConfigIssue(
-            path("instanceType"),
-            pool.instance_type,
-            "has no NVIDIA GPU",
-            "use a GPU type, e.g. " + ", ".join(catalog.nearest_gpu_types(cloud, pool.instance_type)),
-        )
     else:
         assert machine.gpu_model is not None
         yield from sharing_issues(lambda key: path("sharing", key), pool.sharing, machine.gpu_model)

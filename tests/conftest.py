@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import os
 import shutil
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.configbase import ConfigError
+from components.configbase import ConfigError, ConfigIssue
 from tools.engine import PROJECT_ROOT, Recording, run_program, stack_config
 from tools.upstream import UpstreamMissing, locate
 
@@ -169,6 +170,13 @@ def assert_refused_before_any_resource(
     assert registered == []
 
 
+def some(items: Iterable[Any], at_least: int = 1) -> list[Any]:
+    """The items as a list, asserting there are at least `at_least`: a loop over them checks something."""
+    listed = list(items)
+    assert len(listed) >= at_least, f"expected at least {at_least} item(s) to check, found {len(listed)}"
+    return listed
+
+
 def upstream(relative_path: str) -> Path:
     """A verified upstream contract file; skips with the fetch hint, or fails when CI=true."""
     try:
@@ -199,3 +207,72 @@ def user_data_files(user_data: str) -> dict[str, str]:
 def node_drop_in(bootstrap_script: str) -> dict[str, Any]:
     """The k3s node settings the first-boot script writes (its NODE_CONFIG here-document)."""
     return yaml.safe_load(bootstrap_script.split("<<NODE_CONFIG\n", 1)[1].split("\nNODE_CONFIG\n", 1)[0])
+
+
+# --- refusal rules reached by the bad-input cases ---------------------------------------------------------
+
+REFUSAL_SITES_REACHED: set[tuple[str, int]] = set()
+
+
+def _record_refusal_sites() -> None:
+    """Remember where every ConfigIssue of the session is made (file and line of the rule that made it)."""
+    made = ConfigIssue.__init__
+
+    def recording_init(self: ConfigIssue, *args: Any, **kwargs: Any) -> None:
+        caller = sys._getframe(1)
+        REFUSAL_SITES_REACHED.add((caller.f_code.co_filename, caller.f_lineno))
+        made(self, *args, **kwargs)
+
+    ConfigIssue.__init__ = recording_init  # type: ignore[method-assign]
+
+
+def refusal_rules() -> dict[tuple[str, int, int], str]:
+    """Every place the program phrases a refusal: (file, first line, last line) of each ConfigIssue(...) call
+    in components/ and providers/, with the rule's text for the report."""
+    rules = {}
+    for package in ("components", "providers"):
+        for source in sorted((PROJECT_ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(source.read_text())):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ConfigIssue":
+                    rules[str(source), node.lineno, node.end_lineno or node.lineno] = ast.unparse(node)[:160]
+    return rules
+
+
+def unreached_refusal_rules(reached: set[tuple[str, int]]) -> list[str]:
+    return [
+        f"{Path(path).relative_to(PROJECT_ROOT)}:{first}: {text}"
+        for (path, first, last), text in refusal_rules().items()
+        if not any(file == path and first <= line <= last for file, line in reached)
+    ]
+
+
+FULL_RUN = pytest.StashKey[bool]()
+REFUSAL_COVERAGE_TEST = "test_every_refusal_rule_is_reached_by_a_bad_input_case"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _record_refusal_sites()
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items:
+        items[0].config.stash[FULL_RUN] = False
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The refusal-coverage test runs last, and only judges when the whole suite was collected."""
+    collected = {Path(str(item.path)).name for item in items}
+    every_module = {p.name for p in (PROJECT_ROOT / "tests").glob("test_*.py")}
+    config.stash[FULL_RUN] = (
+        config.stash.get(FULL_RUN, True)
+        and collected == every_module
+        and not (config.option.keyword or config.option.markexpr)
+    )
+    items.sort(key=lambda item: item.name == REFUSAL_COVERAGE_TEST)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    dump = os.environ.get("GPU_K8S_DUMP_REFUSALS")
+    if dump:
+        Path(dump).write_text("\n".join(unreached_refusal_rules(REFUSAL_SITES_REACHED)) + "\n")

@@ -8,6 +8,7 @@ import pytest
 
 from components.catalog import load_catalog
 from providers.aws.autoscaling import TEMPLATE_PREFIX
+from tests.conftest import some
 from tools.engine import Recording, Registration, Secret
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -47,7 +48,9 @@ def test_one_gpu_node_group_per_pool_with_nvidia_ami_taint_labels_and_min_zero(a
 
 
 def test_gpu_node_groups_ignore_the_autoscaled_desired_size(aws_eks):
-    for group in gpu_node_groups(aws_eks).values():
+    groups = gpu_node_groups(aws_eks)
+    assert set(groups) == set(GPU_POOLS)
+    for group in groups.values():
         assert group.options["ignoreChanges"] == ["scalingConfig.desiredSize"]
 
 
@@ -100,7 +103,8 @@ def test_asg_template_tags_match_the_pool_spec(aws_eks, pool):
 def test_asg_tags_target_the_node_groups_own_asg_and_do_not_propagate(aws_eks):
     for pool in GPU_POOLS:
         group = gpu_node_groups(aws_eks)[pool]
-        for tag in (r for r in aws_eks.by_type("aws:autoscaling/tag:Tag") if group.urn in r.dependencies):
+        tags = some(r for r in aws_eks.by_type("aws:autoscaling/tag:Tag") if group.urn in r.dependencies)
+        for tag in tags:
             assert tag.inputs["autoscalingGroupName"].startswith(f"eks-ml-gpu-{pool}-")
             assert tag.inputs["tag"]["propagateAtLaunch"] is False
 
@@ -250,12 +254,10 @@ def test_cluster_autoscaler_release(aws_eks):
 def test_autoscaler_can_write_only_to_this_clusters_groups(aws_eks):
     policy = json.loads(aws_eks.by_type("aws:iam/rolePolicy:RolePolicy")[0].inputs["policy"])
     writes = [s for s in policy["Statement"] if "autoscaling:SetDesiredCapacity" in s["Action"]]
-    assert writes == [
-        s
-        for s in writes
-        if s["Condition"]["StringEquals"] == {"aws:ResourceTag/k8s.io/cluster-autoscaler/ml": "owned"}
-    ]
-    assert writes
+    assert len(writes) == 1
+    assert writes[0]["Condition"] == {
+        "StringEquals": {"aws:ResourceTag/k8s.io/cluster-autoscaler/ml": "owned"}
+    }
 
 
 def test_stack_outputs_summarise_pools(aws_eks):

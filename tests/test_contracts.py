@@ -32,7 +32,7 @@ from components.spec import (
     SUPPORTED_KUBERNETES_MINORS,
 )
 from providers.aws.addons import default_storage_class_manifest
-from tests.conftest import upstream, upstream_yaml, venv_tool
+from tests.conftest import some, upstream, upstream_yaml, venv_tool
 from tools.engine import PROJECT_ROOT
 
 # Maps whose keys are free-form in the chart (empty or example-only defaults).
@@ -204,9 +204,9 @@ def test_eks_values_are_members_of_botocore_enums(aws_eks, eks_model):
 
 def test_ec2_values_are_members_of_botocore_enums(aws_eks, ec2_model):
     instance_types = enum(ec2_model, "InstanceType")
-    for group in aws_eks.by_type("aws:eks/nodeGroup:NodeGroup"):
+    for group in some(aws_eks.by_type("aws:eks/nodeGroup:NodeGroup"), at_least=5):
         assert set(group.inputs["instanceTypes"]) <= instance_types
-    for template in aws_eks.by_type("aws:ec2/launchTemplate:LaunchTemplate"):
+    for template in some(aws_eks.by_type("aws:ec2/launchTemplate:LaunchTemplate"), at_least=5):
         assert template.inputs["blockDeviceMappings"][0]["ebs"]["volumeType"] in enum(ec2_model, "VolumeType")
         assert template.inputs["metadataOptions"]["httpTokens"] in enum(
             ec2_model, "LaunchTemplateHttpTokensState"
@@ -302,7 +302,7 @@ def test_identity_policy_linting_catches_a_bad_action():
 
 
 def test_managed_policy_arns_are_well_formed(aws_eks):
-    for attachment in aws_eks.by_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment"):
+    for attachment in some(aws_eks.by_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")):
         assert attachment.inputs["policyArn"].startswith("arn:aws:iam::aws:policy/")
 
 
@@ -477,7 +477,7 @@ def test_rendered_device_plugin_configs_are_sound_and_shaped_like_upstream(reque
         for mode in (doc.get("sharing") or {}).values()
         for key in mode
     }
-    for key, document in documents.items():
+    for key, document in some(documents.items(), at_least=2):
         assert device_plugin_problems(document) == [], (key, document)
         assert set(document) <= upstream_keys
         for replicated in (document.get("sharing") or {}).values():

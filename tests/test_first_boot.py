@@ -161,6 +161,23 @@ def node_config(result: BootResult) -> dict[str, Any]:
     return config
 
 
+# The kubelet settings of the k3s CIS hardening guide ("v1.29 and Newer"), on every node.
+HARDENED_KUBELET_ARGS = {
+    "streaming-connection-idle-timeout=5m",
+    "tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,"
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,"
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+}
+
+
+def assert_hardened_kubelet(result: BootResult) -> None:
+    assert set(node_config(result)["kubelet-arg"]) >= HARDENED_KUBELET_ARGS
+    assert (
+        yaml.safe_load(result.file(f"{CONFIG_DIR}/config.yaml").read_text())["protect-kernel-defaults"]
+        is True
+    )
+
+
 def installer_call(result: BootResult) -> dict[str, str]:
     return dict(line.split("=", 1) for line in result.records["fakes"]["installer"].splitlines())
 
@@ -214,6 +231,7 @@ def test_aws_agent_boots_joins_with_its_instance_facts_and_reads_its_secret_once
     assert [r["path"] for r in requests_to(result, INSTALLER)] == ["/k3s-io/k3s/v1.36.3%2Bk3s1/install.sh"]
     assert [r["path"] for r in requests_to(result, scenario.server_address)] == ["/cacerts"]
     assert_kernel_settings_applied_before_k3s(result)
+    assert_hardened_kubelet(result)
     assert_nothing_secret_printed(result, scenario)
 
 
@@ -245,6 +263,7 @@ def test_gce_agent_boots_with_its_instance_facts_and_reads_its_secret_once(gce_a
     assert config["node-taint"] == ["nvidia.com/gpu=true:NoSchedule"]
     assert installer_call(result)["INSTALL_K3S_EXEC"] == "agent"
     assert_kernel_settings_applied_before_k3s(result)
+    assert_hardened_kubelet(result)
     assert_nothing_secret_printed(result, scenario)
 
 
@@ -280,6 +299,8 @@ def test_first_server_writes_its_pki_and_starts_k3s_server(cloud, aws_k3s, gcp_k
     assert config["cluster-init"] is True and "server" not in config
     assert "gpu-k8s.io/pool=system" in node_config(result)["node-label"]
     assert installer_call(result)["INSTALL_K3S_EXEC"] == "server"
+    assert_kernel_settings_applied_before_k3s(result)
+    assert_hardened_kubelet(result)
     assert_nothing_secret_printed(result, scenario)
 
 

@@ -330,6 +330,30 @@ def test_a_valid_n1_attachment_resolves_to_the_catalog_gpu(gcp_gke_config):
 # (id, mutation, YAML path named in the error, words the message must contain)
 BAD_GKE_INPUTS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
     (
+        "zone-listed-twice",
+        set_path("network.zones", ["us-central1-a", "us-central1-a"]),
+        "network.zones[1]",
+        ("listed twice",),
+    ),
+    (
+        "pod-range-not-private",
+        set_path("network.podsCidr", "8.8.0.0/14"),
+        "network.podsCidr",
+        ("not a private range", "RFC 1918"),
+    ),
+    (
+        "kms-key-not-a-key-name",
+        set_path("gke", {"secretsKmsKey": "my-key"}),
+        "gke.secretsKmsKey",
+        ("not a Cloud KMS key name",),
+    ),
+    (
+        "node-labels-too-large-for-one-gke-request",
+        set_path("gpuPools.0.labels", {f"team-{i}": "x" * 60 for i in range(20)}),
+        "gpuPools[0].labels",
+        ("GKE takes at most 1024",),
+    ),
+    (
         "gpu-count-not-the-machine-types",
         set_path("gpuPools.1.accelerator", {"type": "nvidia-tesla-a100", "count": 2}),
         "gpuPools[1].accelerator.count",

@@ -25,6 +25,7 @@ from tests.conftest import (
     delete_key,
     node_drop_in,
     set_path,
+    some,
     upstream,
     upstream_yaml,
     user_data_files,
@@ -170,14 +171,14 @@ def test_servers_are_shielded_private_os_login_vms_on_reserved_addresses(gcp_k3s
 
 def test_no_ssh_anywhere(gcp_k3s):
     metadata = [r.inputs["metadata"] for r in gcp_k3s.by_type(INSTANCE) + gcp_k3s.by_type(TEMPLATE)]
-    for items in metadata:
+    for items in some(metadata, at_least=5):
         assert items["enable-oslogin"] == "TRUE"
         assert items["block-project-ssh-keys"] == "TRUE"
         assert items["serial-port-enable"] == "FALSE"
         assert "ssh-keys" not in items and "sshKeys" not in items
         assert "ssh_authorized_keys" not in items["user-data"]
-    for rule in gcp_k3s.by_type(FIREWALL):
-        for allow in rule.inputs["allows"]:
+    for rule in some(gcp_k3s.by_type(FIREWALL)):
+        for allow in some(rule.inputs["allows"]):
             assert "22" not in allow["ports"]
         assert "0.0.0.0/0" not in rule.inputs.get("sourceRanges", [])
 
@@ -296,10 +297,10 @@ def test_secrets_are_secret_read_only_by_their_own_identity_and_absent_from_meta
 
 
 def test_nodes_boot_only_after_their_secret_value_and_access_exist(gcp_k3s):
-    for server in gcp_k3s.by_type(INSTANCE):
+    for server in some(gcp_k3s.by_type(INSTANCE), at_least=3):
         assert gcp_k3s.by_name("ml-servers-bootstrap-value").urn in server.dependencies
         assert gcp_k3s.by_name("ml-servers-bootstrap-reader").urn in server.dependencies
-    for group in gcp_k3s.by_type(TEMPLATE):
+    for group in some(gcp_k3s.by_type(TEMPLATE), at_least=2):
         assert gcp_k3s.by_name("ml-agents-bootstrap-value").urn in group.dependencies
         assert gcp_k3s.by_name("ml-agents-bootstrap-reader").urn in group.dependencies
 

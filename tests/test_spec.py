@@ -196,6 +196,44 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "systemPool.nodes",
         ("greater than or equal to 1",),
     ),
+    (
+        "system-type-not-an-ec2-name",
+        set_path("systemPool.instanceType", "m7i_large"),
+        "systemPool.instanceType",
+        ("not an EC2 instance type name", "m7i.large"),
+    ),
+    (
+        "label-key-not-a-kubernetes-key",
+        set_path("gpuPools.0.labels", {"team name": "ml"}),
+        "gpuPools[0].labels.team name",
+        ("not a valid Kubernetes label/taint key",),
+    ),
+    ("network-empty", set_path("network", {}), "gpu-k8s:cluster.network", ("neither cidr nor vpcId",)),
+    (
+        "subnet-ids-with-cidr",
+        set_path("network.privateSubnetIds", ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]),
+        "gpu-k8s:cluster.network",
+        ("only used with vpcId",),
+    ),
+    (
+        "existing-vpc-one-private-subnet",
+        set_path(
+            "network",
+            {
+                "vpcId": "vpc-0123456789abcdef0",
+                "privateSubnetIds": ["subnet-0123456789abcdef0"],
+                "publicSubnetIds": ["subnet-0123456789abcdef2", "subnet-0123456789abcdef3"],
+            },
+        ),
+        "network.privateSubnetIds",
+        ("at least 2 private subnets",),
+    ),
+    (
+        "mig-layout-with-an-unknown-profile",
+        set_path("gpuPools.3.sharing", {"mode": "mig", "layout": {"9g.99gb": 1}}),
+        "gpuPools[3].sharing.layout",
+        ("unknown profiles ['9g.99gb']", "1g.10gb"),
+    ),
 ]
 
 
@@ -210,6 +248,15 @@ def test_missing_region_is_refused_before_any_resource(aws_eks_config):
     config = {k: v for k, v in aws_eks_config.items() if k != "aws:region"}
     with pytest.raises(ConfigError, match="aws:region"):
         run_program("no-region", config)
+
+
+@pytest.mark.parametrize(("raw", "problem"), [(None, "is not set"), ("ml", "must be a mapping")])
+def test_a_missing_or_malformed_cluster_key_is_refused(raw, problem):
+    with pytest.raises(ConfigError) as caught:
+        load_spec(raw)
+    (issue,) = caught.value.issues
+    assert (issue.path, issue.problem) == ("gpu-k8s:cluster", problem)
+    assert "stacks/Pulumi.<stack>.yaml" in issue.fix
 
 
 def test_every_problem_is_reported_at_once(cluster_raw):
@@ -246,7 +293,10 @@ def test_public_api_needs_the_explicit_opt_in(cluster_raw):
     assert load_spec(cluster_raw).api_access_cidrs == ("0.0.0.0/0",)
 
 
-pool_names = st.from_regex(r"[a-z][a-z0-9]{0,10}(-[a-z0-9]{1,8})?", fullmatch=True)
+# "default" is refused: it names the device-plugin config of GPU nodes outside any pool.
+pool_names = st.from_regex(r"[a-z][a-z0-9]{0,10}(-[a-z0-9]{1,8})?", fullmatch=True).filter(
+    lambda n: n != "default"
+)
 
 
 @given(st.lists(pool_names, min_size=1, max_size=12, unique=True))

@@ -1,0 +1,121 @@
+"""What each cloud identity may do, against expectations written out here (not the constants the code reads).
+
+Sources: the cluster-autoscaler's AWS README ("IAM Policy", the recommended policy with writes limited by the
+`k8s.io/cluster-autoscaler/<cluster>` tag), its GCE client (autoscaling_gce_client.go: the instance-group
+manager, template, machine-type, zone and operation reads; resizes through instanceGroupManagers.update) and
+the GCE PD CSI driver's custom role (deploy/gcp-compute-persistent-disk-csi-driver-custom-role.yaml at
+v1.26.4).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tools.engine import Recording
+
+AUTOSCALER_READS = {
+    "autoscaling:DescribeAutoScalingGroups",
+    "autoscaling:DescribeAutoScalingInstances",
+    "autoscaling:DescribeLaunchConfigurations",
+    "autoscaling:DescribeScalingActivities",
+    "ec2:DescribeImages",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeLaunchTemplateVersions",
+    "ec2:GetInstanceTypesFromInstanceRequirements",
+}
+AUTOSCALER_WRITES = {"autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"}
+OWNED_BY_ML = {"StringEquals": {"aws:ResourceTag/k8s.io/cluster-autoscaler/ml": "owned"}}
+
+
+def statements(policy_json: str) -> list[tuple[str, frozenset[str], str, str]]:
+    """(effect, actions, resources, condition) per statement, order and list/str spelling ignored."""
+
+    def as_set(value: str | list[str]) -> frozenset[str]:
+        return frozenset([value] if isinstance(value, str) else value)
+
+    return sorted(
+        (
+            s["Effect"],
+            as_set(s["Action"]),
+            ",".join(sorted(as_set(s["Resource"]))),
+            json.dumps(s.get("Condition"), sort_keys=True),
+        )
+        for s in json.loads(policy_json)["Statement"]
+    )
+
+
+def expected_autoscaler_policy() -> list[tuple[str, frozenset[str], str, str]]:
+    return sorted(
+        [
+            ("Allow", frozenset(AUTOSCALER_READS), "*", "null"),
+            ("Allow", frozenset({"eks:DescribeNodegroup"}), "arn:aws:eks:*:*:nodegroup/ml/*/*", "null"),
+            ("Allow", frozenset(AUTOSCALER_WRITES), "*", json.dumps(OWNED_BY_ML, sort_keys=True)),
+        ]
+    )
+
+
+def test_eks_autoscaler_reads_and_writes_only_groups_tagged_for_this_cluster(aws_eks: Recording):
+    (policy,) = aws_eks.by_type("aws:iam/rolePolicy:RolePolicy")
+    assert statements(policy.inputs["policy"]) == expected_autoscaler_policy()
+
+
+def test_k3s_servers_run_the_autoscaler_with_the_same_scoped_policy(aws_k3s: Recording):
+    assert statements(aws_k3s.by_name("ml-server-policy").inputs["policy"]) == expected_autoscaler_policy()
+
+
+def test_k3s_groups_carry_the_tag_the_autoscaler_policy_is_scoped_to(aws_k3s: Recording):
+    groups = aws_k3s.by_type("aws:autoscaling/group:Group")
+    assert len(groups) == 2
+    for group in groups:
+        tags = {t["key"]: t["value"] for t in group.inputs["tags"]}
+        assert tags["k8s.io/cluster-autoscaler/ml"] == "owned"
+        assert tags["k8s.io/cluster-autoscaler/enabled"] == "true"
+
+
+def gcp_role(recording: Recording, name: str) -> dict[str, Any]:
+    return recording.by_name(name).inputs
+
+
+def test_gce_autoscaler_reads_what_it_plans_with_and_may_only_resize(gcp_k3s: Recording):
+    assert set(gcp_role(gcp_k3s, "ml-autoscaler-reader")["permissions"]) == {
+        "compute.instanceGroupManagers.get",
+        "compute.instanceGroupManagers.list",
+        "compute.instanceTemplates.get",
+        "compute.machineTypes.get",
+        "compute.machineTypes.list",
+        "compute.regions.get",
+        "compute.zones.list",
+        "compute.zoneOperations.get",
+    }
+    assert gcp_role(gcp_k3s, "ml-autoscaler-resizer")["permissions"] == [
+        "compute.instanceGroupManagers.update"
+    ]
+
+
+def test_pd_csi_custom_role_is_upstreams_four_permissions(gcp_k3s: Recording):
+    assert set(gcp_role(gcp_k3s, "ml-pd-csi-role")["permissions"]) == {
+        "compute.instances.get",
+        "compute.instances.attachDisk",
+        "compute.instances.detachDisk",
+        "compute.disks.get",
+    }
+
+
+def test_aws_nodes_require_imdsv2_with_hop_limit_two(
+    aws_eks: Recording, mixed_sharing: Recording, aws_k3s: Recording
+):
+    """Every launch template and instance: IMDSv2 only, and a hop limit of 2 (pods without host networking
+    reach the metadata service; issue 14 narrows agents to 1)."""
+    expected = {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 2}
+    counts = {}
+    for recording in (aws_eks, mixed_sharing, aws_k3s):
+        nodes = [
+            *recording.by_type("aws:ec2/launchTemplate:LaunchTemplate"),
+            *recording.by_type("aws:ec2/instance:Instance"),
+        ]
+        counts[recording.stack] = len(nodes)
+        for node in nodes:
+            assert node.inputs["metadataOptions"] == expected, node.name
+    # EKS: a template per node group (four GPU pools, the system pool); aws-k3s: two GPU pools, three servers.
+    assert counts == {"aws-eks": 5, "mixed": 5, "aws-k3s": 5}
