@@ -6,15 +6,17 @@ Whatever differs by platform reaches the cloud-agnostic components as data on th
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.catalog import Catalog, GpuModel, MachineType
 from components.compat import DriverFacts, PoolDriverCheck, driver_issues
-from components.configbase import ConfigIssue
+from components.configbase import ConfigIssue, config_path
 from components.sharing import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     MIG_CONFIG_LABEL,
@@ -26,8 +28,8 @@ from components.sharing import (
 )
 from components.spec import ClusterSpec, GpuPoolSpec, TaintSpec, mig_pools, pool_machine
 
-# Every GPU node carries this taint so only pods that ask for GPUs (and tolerate it) land there.
-GPU_TAINT = TaintSpec(key="nvidia.com/gpu", value="true", effect="NoSchedule")
+# Every GPU node carries a taint on this key so only pods that ask for GPUs (and tolerate it) land there.
+GPU_TAINT_KEY = "nvidia.com/gpu"
 POOL_LABEL = "gpu-k8s.io/pool"
 
 
@@ -54,6 +56,12 @@ class PlatformTraits:
     # The platform admits system-node-critical/system-cluster-critical pods outside kube-system only under a
     # ResourceQuota for those priority classes (GKE), which the operator's namespace then needs.
     needs_priority_quota: bool = False
+    # Who advertises the GPUs of a node and cuts them into slots: the GPU Operator's device plugin and MIG
+    # manager, configured per pool ("operator"), or the platform itself from the node pool's settings
+    # ("platform": GKE's device plugin with gpuSharingConfig / gpuPartitionSize).
+    gpu_sharing_owner: Literal["operator", "platform"] = "operator"
+    # The value of the GPU taint; GKE taints GPU nodes nvidia.com/gpu=present:NoSchedule itself.
+    gpu_taint_value: str = "true"
 
     @property
     def driver_preinstalled(self) -> bool:
@@ -92,16 +100,21 @@ def _gpu_model(spec: ClusterSpec, pool: GpuPoolSpec, catalog: Catalog) -> tuple[
     return machine, machine.gpu_model
 
 
-def resolve_pools(spec: ClusterSpec, catalog: Catalog, accelerator_label: str | None) -> tuple[GpuPool, ...]:
+def resolve_pools(spec: ClusterSpec, catalog: Catalog, traits: PlatformTraits) -> tuple[GpuPool, ...]:
     """Attach catalog facts, sharing, node labels and taints to every GPU pool of a validated spec."""
     mig_strategy = cluster_mig_strategy(mig_pools(spec, catalog))
+    accelerator_label = traits.accelerator_label
+    gpu_taint = TaintSpec(key=GPU_TAINT_KEY, value=traits.gpu_taint_value, effect="NoSchedule")
+    operator_shares = traits.gpu_sharing_owner == "operator"
     pools = []
     for pool in spec.gpu_pools:
         machine, model = _gpu_model(spec, pool, catalog)
         sharing = resolve_sharing(pool.sharing, model, pool.name, mig_strategy)
         offer = node_offer(sharing, model, machine.gpu_count)
-        labels = {**pool.labels, POOL_LABEL: pool.name, DEVICE_PLUGIN_CONFIG_LABEL: pool.name}
-        if sharing.mig is not None:
+        labels = {**pool.labels, POOL_LABEL: pool.name}
+        if operator_shares:
+            labels[DEVICE_PLUGIN_CONFIG_LABEL] = pool.name
+        if operator_shares and sharing.mig is not None:
             # Set at creation so a node scaled up from zero is partitioned before it takes pods. A report
             # against the operator (NVIDIA/gpu-operator#2670, closed) saw the device plugin fail on such
             # nodes until the label was toggled; whether v26.7.0 fixes it is UNCONFIRMED here.
@@ -119,14 +132,42 @@ def resolve_pools(spec: ClusterSpec, catalog: Catalog, accelerator_label: str | 
                 sharing=sharing,
                 offer=offer,
                 node_labels=labels,
-                taints=(GPU_TAINT, *pool.taints),
+                taints=(gpu_taint, *pool.taints),
             )
         )
     return tuple(pools)
 
 
-def platform_issues(spec: ClusterSpec, traits: PlatformTraits, catalog: Catalog) -> list[ConfigIssue]:
-    """What the platform's driver cannot run, as errors; what runs only partly is logged as a warning."""
+# RFC 5737: reserved for documentation, never routed; an API reachable only from them is reachable by no one.
+DOCUMENTATION_RANGES = tuple(
+    ipaddress.IPv4Network(r) for r in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
+)
+
+
+def documentation_range_issues(spec: ClusterSpec) -> list[ConfigIssue]:
+    """apiAccessCidrs that lie in a documentation range: every Kubernetes resource would time out after the
+    cloud resources exist, since nothing the deployer runs on has such an address."""
+    return [
+        ConfigIssue(
+            config_path("apiAccessCidrs", index),
+            cidr,
+            "is an RFC 5737 documentation range that no real host has; the Kubernetes API would admit no "
+            "one, so every Kubernetes resource would time out after the cloud resources are created",
+            "list the CIDRs `pulumi up` and your users run from (office, VPN, CI egress)",
+        )
+        for index, cidr in enumerate(spec.api_access_cidrs)
+        if any(ipaddress.IPv4Network(cidr).subnet_of(example) for example in DOCUMENTATION_RANGES)
+    ]
+
+
+def platform_issues(
+    spec: ClusterSpec, traits: PlatformTraits, catalog: Catalog, api_reached_by_cidr: bool = True
+) -> list[ConfigIssue]:
+    """What the platform cannot run, as errors; what runs only partly is logged as a warning.
+
+    `api_reached_by_cidr`: the program reaches the Kubernetes API through the endpoint apiAccessCidrs
+    guards. Documentation ranges there lock it out: refused on `pulumi up`, a warning in a preview (the
+    example stacks use them)."""
     checks = []
     for index, pool in enumerate(spec.gpu_pools):
         _, model = _gpu_model(spec, pool, catalog)
@@ -141,6 +182,11 @@ def platform_issues(spec: ClusterSpec, traits: PlatformTraits, catalog: Catalog)
             )
         )
     errors, warnings = driver_issues(spec, traits.driver, checks)
+    lockouts = documentation_range_issues(spec) if api_reached_by_cidr else []
+    if pulumi.runtime.is_dry_run():
+        warnings = [*warnings, *lockouts]
+    else:
+        errors = [*errors, *lockouts]
     for warning in warnings:
         pulumi.log.warn(str(warning))
     return errors
@@ -158,3 +204,5 @@ class GpuCluster:
     traits: PlatformTraits
     # Resources that must exist before workloads are installed (system nodes, CNI, DNS).
     system_ready: Sequence[pulumi.Resource]
+    # How many non-GPU nodes the cluster runs (system pool or k3s servers).
+    system_nodes: int

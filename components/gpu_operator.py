@@ -61,7 +61,24 @@ def custom_mig_config(pools: Sequence[GpuPool]) -> dict[str, str] | None:
     return {"config.yaml": _yaml(mig_parted_config(unique.values()))}
 
 
-def priority_quota_manifest(namespace: str) -> dict[str, Any]:
+# Pods of the operator's namespace one node can run at most: one per operand DaemonSet the ClusterPolicy can
+# enable (ccManager, dcgm, dcgmExporter, devicePlugin, driver, gfd, kataManager, kataSandboxDevicePlugin,
+# migManager, nodeStatusExporter, sandboxDevicePlugin, toolkit, vfioManager, vgpuDeviceManager, vgpuManager:
+# the CRD's operands with an `enabled` switch, less cdi/psa/psp/sandboxWorkloads, which are settings, and
+# gdrcopy/gds, which run inside the driver pod), the validator, and NFD's worker.
+OPERATOR_PODS_PER_NODE = 17
+# Pods not tied to a node: the operator, NFD's master and garbage collector, and the chart's hook jobs.
+OPERATOR_CONTROL_PODS = 8
+
+
+def operator_pod_quota(pools: Sequence[GpuPool], system_nodes: int) -> int:
+    """Pods the operator's namespace needs when every pool runs at its maximum (NVIDIA's example quota of
+    100 pods runs out at about 15 GPU nodes; every operator pod is system-node-critical)."""
+    nodes = sum(pool.spec.max_nodes for pool in pools) + system_nodes
+    return OPERATOR_PODS_PER_NODE * nodes + OPERATOR_CONTROL_PODS
+
+
+def priority_quota_manifest(namespace: str, pods: int) -> dict[str, Any]:
     """The ResourceQuota that lets the operator's node-critical pods run outside kube-system on platforms
     that demand one (NVIDIA's google-gke-gpu-operator-quota.yaml)."""
     return {
@@ -69,7 +86,7 @@ def priority_quota_manifest(namespace: str) -> dict[str, Any]:
         "kind": "ResourceQuota",
         "metadata": {"name": "gpu-operator-quota", "namespace": namespace},
         "spec": {
-            "hard": {"pods": "100"},
+            "hard": {"pods": str(pods)},
             "scopeSelector": {
                 "matchExpressions": [
                     {
@@ -86,7 +103,7 @@ def priority_quota_manifest(namespace: str) -> dict[str, Any]:
 def operator_values(
     traits: PlatformTraits,
     pools: Sequence[GpuPool],
-    device_plugin_config_name: pulumi.Input[str],
+    device_plugin_config_name: pulumi.Input[str] | None,
     mig_config_name: pulumi.Input[str] | None = None,
 ) -> dict[str, Any]:
     """Helm values for the gpu-operator chart on a platform with these traits and pools."""
@@ -110,14 +127,22 @@ def operator_values(
     values: dict[str, Any] = {
         "driver": driver,
         "toolkit": toolkit,
-        "devicePlugin": {
-            "config": {"name": device_plugin_config_name, "default": DEFAULT_DEVICE_PLUGIN_CONFIG}
-        },
         "daemonsets": {"tolerations": tolerations},
         "node-feature-discovery": {"worker": {"tolerations": [_CONTROL_PLANE_TOLERATION, *tolerations]}},
         # The chart enables a ServiceMonitor by default, which needs the Prometheus Operator CRDs;
         # a fresh cluster has none. Users with Prometheus turn it back on in their own program.
         "dcgmExporter": {"serviceMonitor": {"enabled": False}},
+    }
+    if traits.driver_install_dir:
+        values["hostPaths"] = {"driverInstallDir": traits.driver_install_dir}
+    if traits.gpu_sharing_owner == "platform":
+        # The platform's device plugin advertises the GPUs and the platform partitions MIG GPUs; a second
+        # plugin for nvidia.com/gpu, or a MIG manager applying its default layout, would fight it.
+        values["devicePlugin"] = {"enabled": False}
+        values["migManager"] = {"enabled": False}
+        return values
+    values["devicePlugin"] = {
+        "config": {"name": device_plugin_config_name, "default": DEFAULT_DEVICE_PLUGIN_CONFIG}
     }
     mig_pools = [pool for pool in pools if pool.sharing.mig is not None]
     if mig_pools:
@@ -128,8 +153,6 @@ def operator_values(
         if mig_config_name is not None:
             mig_manager["config"] = {"name": mig_config_name, "default": MIG_DISABLED_LAYOUT}
         values["migManager"] = mig_manager
-    if traits.driver_install_dir:
-        values["hostPaths"] = {"driverInstallDir": traits.driver_install_dir}
     return values
 
 
@@ -163,17 +186,34 @@ class GpuOperator(pulumi.ComponentResource):
             ),
         )
         in_namespace = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace]))
-        # Auto-named: a changed config gets a new name, so the operator rolls the device plugin out again
-        # (it does not watch the ConfigMap's content; gpu-sharing.rst).
-        device_plugin = k8s.core.v1.ConfigMap(
-            f"{name}-device-plugin-config",
-            metadata=k8s.meta.v1.ObjectMetaArgs(namespace=namespace.metadata.name),
-            data=device_plugin_configs(cluster.pools),
-            opts=in_namespace,
-        )
-        configs: list[pulumi.Resource] = [device_plugin]
+        configs: list[pulumi.Resource] = []
+        device_plugin_config_name: pulumi.Output[str] | None = None
+        mig_config_name: pulumi.Output[str] | None = None
+        if cluster.traits.gpu_sharing_owner == "operator":
+            # Auto-named: a changed config gets a new name, so the operator rolls the device plugin out
+            # again (it does not watch the ConfigMap's content; gpu-sharing.rst).
+            device_plugin = k8s.core.v1.ConfigMap(
+                f"{name}-device-plugin-config",
+                metadata=k8s.meta.v1.ObjectMetaArgs(namespace=namespace.metadata.name),
+                data=device_plugin_configs(cluster.pools),
+                opts=in_namespace,
+            )
+            configs.append(device_plugin)
+            device_plugin_config_name = device_plugin.metadata.name
+            mig_data = custom_mig_config(cluster.pools)
+            if mig_data is not None:
+                mig_config = k8s.core.v1.ConfigMap(
+                    f"{name}-mig-config",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(namespace=namespace.metadata.name),
+                    data=mig_data,
+                    opts=in_namespace,
+                )
+                configs.append(mig_config)
+                mig_config_name = mig_config.metadata.name
         if cluster.traits.needs_priority_quota:
-            quota = priority_quota_manifest(OPERATOR_NAMESPACE)
+            quota = priority_quota_manifest(
+                OPERATOR_NAMESPACE, operator_pod_quota(cluster.pools, cluster.system_nodes)
+            )
             configs.append(
                 k8s.core.v1.ResourceQuota(
                     f"{name}-priority-quota",
@@ -184,26 +224,13 @@ class GpuOperator(pulumi.ComponentResource):
                     opts=in_namespace,
                 )
             )
-        mig_config_name: pulumi.Output[str] | None = None
-        mig_data = custom_mig_config(cluster.pools)
-        if mig_data is not None:
-            mig_config = k8s.core.v1.ConfigMap(
-                f"{name}-mig-config",
-                metadata=k8s.meta.v1.ObjectMetaArgs(namespace=namespace.metadata.name),
-                data=mig_data,
-                opts=in_namespace,
-            )
-            configs.append(mig_config)
-            mig_config_name = mig_config.metadata.name
         release = helm_release(
             f"{name}-release",
             chart="gpu-operator",
             version=args.chart_version,
             repository=NVIDIA_HELM_REPO,
             namespace=namespace.metadata.name,
-            values=operator_values(
-                cluster.traits, cluster.pools, device_plugin.metadata.name, mig_config_name
-            ),
+            values=operator_values(cluster.traits, cluster.pools, device_plugin_config_name, mig_config_name),
             parent=self,
             provider=cluster.k8s_provider,
             depends_on=[namespace, *configs],

@@ -7,14 +7,15 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def _kubeconfig(cluster_name: str, server: str, ca_data: str, user: Mapping[str, Any]) -> str:
+def _kubeconfig(cluster_name: str, server: str, ca_data: str | None, user: Mapping[str, Any]) -> str:
+    cluster = (
+        {"server": server} if ca_data is None else {"server": server, "certificate-authority-data": ca_data}
+    )
     return json.dumps(
         {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [
-                {"name": cluster_name, "cluster": {"server": server, "certificate-authority-data": ca_data}}
-            ],
+            "clusters": [{"name": cluster_name, "cluster": cluster}],
             "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
             "current-context": cluster_name,
             "users": [{"name": cluster_name, "user": dict(user)}],
@@ -23,9 +24,12 @@ def _kubeconfig(cluster_name: str, server: str, ca_data: str, user: Mapping[str,
     )
 
 
-def exec_kubeconfig(cluster_name: str, server: str, ca_data: str, exec_config: Mapping[str, Any]) -> str:
+def exec_kubeconfig(
+    cluster_name: str, server: str, ca_data: str | None, exec_config: Mapping[str, Any]
+) -> str:
     """A one-cluster kubeconfig whose user runs a credential plugin (`exec_config`), so the file never
-    holds a credential itself and does not change when tokens rotate."""
+    holds a credential itself and does not change when tokens rotate. Without `ca_data` the server's
+    certificate is checked against the system's trust store."""
     return _kubeconfig(
         cluster_name,
         server,

@@ -185,6 +185,16 @@ class AddonVersions(StrictModel):
     nvidia_driver: str | None = None
 
 
+class MaintenanceExclusionSpec(StrictModel):
+    """`gke.maintenanceExclusions[]`: a period in which GKE does not upgrade what `scope` names."""
+
+    name: str
+    # RFC 3339 timestamps, e.g. 2027-01-04T00:00:00Z.
+    start_time: str
+    end_time: str
+    scope: Literal["NO_UPGRADES", "NO_MINOR_UPGRADES", "NO_MINOR_OR_NODE_UPGRADES"] = "NO_MINOR_UPGRADES"
+
+
 class GkeSpec(StrictModel):
     """Settings only GKE has."""
 
@@ -199,6 +209,12 @@ class GkeSpec(StrictModel):
     deletion_protection: bool = True
     # Google's driver installer: "default" (COS and Ubuntu) or "latest" (COS only).
     gpu_driver_version: Literal["default", "latest"] = "default"
+    # Reach the API through GKE's DNS-based endpoint (access decided by IAM, from anywhere) instead of the
+    # IP endpoint, which only apiAccessCidrs reach.
+    control_plane_dns_endpoint: bool = False
+    # Daily maintenance window start, "HH:MM" GMT: auto-upgrades and repairs of GPU nodes happen then.
+    maintenance_window_start: str = "03:00"
+    maintenance_exclusions: tuple[MaintenanceExclusionSpec, ...] = ()
 
 
 # The k3s release the example stacks pin: the stable channel when k3s v1.37.0 came out ("Update stable channel

@@ -590,6 +590,9 @@ GKE_RENAMED = {
     ("NodeConfig", "guestAccelerators"): ("accelerators",),
     ("AcceleratorConfig", "type"): ("acceleratorType",),
     ("AcceleratorConfig", "count"): ("acceleratorCount",),
+    ("MaintenancePolicy", "dailyMaintenanceWindow"): ("window", "dailyMaintenanceWindow"),
+    ("MaintenancePolicy", "maintenanceExclusions"): ("window", "maintenanceExclusions"),
+    ("TimeWindow", "exclusionOptions"): ("maintenanceExclusionOptions",),
 }
 # Provider-side fields with no API counterpart: where the object lives, and Terraform-only behaviour
 # (networkingMode VPC_NATIVE becomes ipAllocationPolicy.useIpAliases).
@@ -601,6 +604,10 @@ GKE_PROVIDER_ONLY = {
     ("NodePool", "cluster"),
     ("NodePool", "location"),
     ("NodePool", "project"),
+    # A fixed size: the provider creates the pool with it and resizes through nodePools.setSize.
+    ("NodePool", "nodeCount"),
+    # The provider lists exclusions with their name; the API keys its map of TimeWindows by it.
+    ("TimeWindow", "exclusionName"),
 }
 
 
@@ -629,6 +636,14 @@ def _gke_value_problems(
 ) -> list[str]:
     if "$ref" in declared:
         return gke_api_problems(schemas, declared["$ref"], item, f"{where}.")
+    additional = declared.get("additionalProperties")
+    if declared.get("type") == "object" and additional is not None and isinstance(item, list):
+        # A map in the API that the provider writes as a list of named entries.
+        return [
+            problem
+            for index, element in enumerate(item)
+            for problem in _gke_value_problems(schemas, additional, element, f"{where}[{index}]")
+        ]
     if declared.get("type") == "array":
         return [
             problem
@@ -654,9 +669,30 @@ def gke_schemas() -> dict[str, Any]:
 GKE_RESOURCES = {"gcp:container/cluster:Cluster": "Cluster", "gcp:container/nodePool:NodePool": "NodePool"}
 
 
-def test_gke_resources_use_only_fields_and_enum_values_of_the_gke_api(gcp_gke, gke_schemas):
-    checked = [r for r in gcp_gke.registrations if r.type in GKE_RESOURCES]
-    assert len(checked) == 5  # the cluster, the system pool and three GPU pools
+def gke_variant_with_every_option(gcp_gke_config: dict[str, Any]) -> Any:
+    """The example with the DNS endpoint, a maintenance exclusion, KMS, Filestore and an MPS pool."""
+    import copy
+
+    from tools.engine import run_program
+
+    config = copy.deepcopy(gcp_gke_config)
+    cluster = config["gpu-k8s:cluster"]
+    cluster["gke"] = {
+        "controlPlaneDnsEndpoint": True,
+        "filestoreCsi": True,
+        "secretsKmsKey": "projects/gpu-k8s-demo/locations/us-central1/keyRings/gke/cryptoKeys/secrets",
+        "maintenanceExclusions": [
+            {"name": "freeze", "startTime": "2027-01-04T00:00:00Z", "endTime": "2027-02-01T00:00:00Z"}
+        ],
+    }
+    cluster["gpuPools"][0]["sharing"] = {"mode": "mps", "replicas": 2}
+    return run_program("gke-options", config)
+
+
+def test_gke_resources_use_only_fields_and_enum_values_of_the_gke_api(gcp_gke, gcp_gke_config, gke_schemas):
+    variant = gke_variant_with_every_option(gcp_gke_config)
+    checked = [r for rec in (gcp_gke, variant) for r in rec.registrations if r.type in GKE_RESOURCES]
+    assert len(checked) == 10  # per plan: the cluster, the system pool and three GPU pools
     for registration in checked:
         problems = gke_api_problems(gke_schemas, GKE_RESOURCES[registration.type], registration.inputs)
         assert problems == [], registration.name
@@ -694,18 +730,18 @@ def test_gke_enums_we_offer_in_the_config_are_the_apis(gke_schemas):
     )
 
 
-def test_gke_sharing_is_left_to_the_gpu_operator(gcp_gke, gke_schemas):
-    """GKE could share GPUs itself (time-sharing, MPS, MIG partitions); the operator's device plugin does it
-    instead, so those API fields stay unset on every accelerator."""
-    own_sharing = {"gpuSharingConfig", "gpuPartitionSize"}
-    assert own_sharing <= set(gke_schemas["AcceleratorConfig"]["properties"])
+def test_gke_shares_gpus_with_its_own_api_fields(gcp_gke, gke_schemas):
+    """GKE shares GPUs itself (time-sharing, MPS, MIG partitions), so its autoscaler knows a new node's
+    slots; the strategies the config maps to are the API's."""
+    from providers.gcp.gke import GKE_SHARING_STRATEGY
+
     sharing_enum = gke_schemas["GPUSharingConfig"]["properties"]["gpuSharingStrategy"]["enum"]
-    assert {"TIME_SHARING", "MPS"} <= set(sharing_enum)
+    assert set(GKE_SHARING_STRATEGY.values()) <= set(sharing_enum)
     accelerators = [
         accelerator
         for pool in gcp_gke.by_type("gcp:container/nodePool:NodePool")
         for accelerator in pool.inputs["nodeConfig"].get("guestAccelerators", [])
     ]
     assert len(accelerators) == 3
-    for accelerator in accelerators:
-        assert not own_sharing & set(accelerator)
+    assert sum("gpuSharingConfig" in a for a in accelerators) == 1
+    assert sum("gpuPartitionSize" in a for a in accelerators) == 1

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from components.catalog import load_catalog
+from components.configbase import ConfigError
 from components.spec import load_spec, pool_machine
-from providers.gcp.gke import NO_GKE_DEVICE_PLUGIN_LABEL
+from providers.gcp.gke import system_node_layout
 from tests.conftest import Mutation, assert_refused_before_any_resource, delete_key, set_path
 from tools.engine import Recording, Registration, Secret, run_program
 
@@ -22,6 +23,12 @@ GPU_POOLS = {
     "l4": ("g2-standard-8", "nvidia-l4", 1, True, 4, ZONES),
     "a100": ("a2-highgpu-1g", "nvidia-tesla-a100", 1, False, 2, ["us-central1-a", "us-central1-c"]),
     "t4": ("n1-standard-8", "nvidia-tesla-t4", 2, False, 2, ZONES),
+}
+# GKE's own sharing per pool (the example: L4 time-sliced 4 ways, A100 in 1g.5gb partitions, T4 whole).
+GKE_SHARING = {
+    "l4": {"gpuSharingConfig": {"gpuSharingStrategy": "TIME_SHARING", "maxSharedClientsPerGpu": 4}},
+    "a100": {"gpuPartitionSize": "1g.5gb"},
+    "t4": {},
 }
 
 
@@ -45,6 +52,7 @@ def test_one_node_pool_per_gpu_pool_with_its_accelerators_scaling_from_zero(gcp_
                 "type": accelerator,
                 "count": count,
                 "gpuDriverInstallationConfig": {"gpuDriverVersion": "DEFAULT"},
+                **GKE_SHARING[name],
             }
         ]
         assert config.get("spot", False) is spot
@@ -72,17 +80,17 @@ def test_gpu_pools_match_the_catalog():
             assert (built_in.accelerator, built_in.gpu_count) == (accelerator, count)
 
 
-def test_gpu_nodes_disable_gkes_device_plugin_and_carry_taint_and_sharing_labels(gcp_gke):
+def test_gpu_nodes_keep_gkes_device_plugin_and_carry_gkes_own_taint(gcp_gke):
+    """GKE's managed driver install is finished by its device plugin's DaemonSet: the opt-out label would
+    leave nodes without a driver (NVIDIA AICR gke-gpu-setup.md). Nothing of the operator's sharing either."""
     pools = gpu_node_pools(gcp_gke)
     for name, registration in pools.items():
-        config = registration.inputs["nodeConfig"]
-        assert config["labels"][NO_GKE_DEVICE_PLUGIN_LABEL] == "true"
-        assert config["labels"]["nvidia.com/device-plugin.config"] == name
-        assert config["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
-        # GKE labels GPU nodes with cloud.google.com/gke-accelerator itself; we never set it.
-        assert not any(key.startswith("cloud.google.com/") for key in config["labels"])
-    assert pools["a100"].inputs["nodeConfig"]["labels"]["nvidia.com/mig.config"] == "all-1g.5gb"
-    assert "nvidia.com/mig.config" not in pools["l4"].inputs["nodeConfig"]["labels"]
+        labels = registration.inputs["nodeConfig"]["labels"]
+        assert labels == {"gpu-k8s.io/pool": name}, "no opt-out, device-plugin-config or MIG-config label"
+        # The value GKE sets itself: a second value for the same key and effect is refused by the API.
+        assert registration.inputs["nodeConfig"]["taints"] == [
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
+        ]
 
 
 def test_every_node_pool_is_hardened_and_runs_as_the_dedicated_service_account(gcp_gke):
@@ -105,7 +113,12 @@ def test_every_node_pool_is_hardened_and_runs_as_the_dedicated_service_account(g
 
 def test_the_apis_the_stack_needs_are_enabled_first_and_stay_enabled(gcp_gke):
     services = {r.inputs["service"]: r for r in gcp_gke.by_type("gcp:projects/service:Service")}
-    assert set(services) == {"compute.googleapis.com", "container.googleapis.com", "iam.googleapis.com"}
+    assert set(services) == {
+        "cloudresourcemanager.googleapis.com",
+        "compute.googleapis.com",
+        "container.googleapis.com",
+        "iam.googleapis.com",
+    }
     assert all(s.inputs["disableOnDestroy"] is False for s in services.values())
     assert services["compute.googleapis.com"].urn in gcp_gke.by_name("ml-network-vpc").dependencies
     assert services["iam.googleapis.com"].urn in gcp_gke.by_name("ml-nodes-account").dependencies
@@ -123,8 +136,12 @@ def test_node_service_account_has_only_the_gke_node_role(gcp_gke):
 
 
 def test_system_pool_keeps_exactly_the_configured_nodes(gcp_gke):
+    """systemPool.nodes: 2 over three zones: one node in each of two zones (GKE counts per zone)."""
     system = gcp_gke.by_name("ml-system").inputs
-    assert system["autoscaling"] == {"totalMinNodeCount": 2, "totalMaxNodeCount": 2}
+    assert system["nodeLocations"] == ["us-central1-a", "us-central1-b"]
+    assert system["nodeCount"] == 1
+    assert "autoscaling" not in system and "initialNodeCount" not in system
+    assert gcp_gke.by_name("ml-system").options.get("ignoreChanges") is None
     assert system["nodeConfig"]["machineType"] == "e2-standard-4"
     assert "guestAccelerators" not in system["nodeConfig"]
 
@@ -143,6 +160,8 @@ def test_cluster_security_and_autoscaling_settings(gcp_gke):
     assert cluster["clusterAutoscaling"] == {"autoscalingProfile": "OPTIMIZE_UTILIZATION"}
     assert cluster["removeDefaultNodePool"] is True
     assert cluster["deletionProtection"] is True
+    # GPU nodes are upgraded and repaired in a daily window, not whenever GKE likes.
+    assert cluster["maintenancePolicy"] == {"dailyMaintenanceWindow": {"startTime": "03:00"}}
     assert "databaseEncryption" not in cluster
     assert set(cluster["loggingConfig"]["enableComponents"]) >= {
         "SYSTEM_COMPONENTS",
@@ -175,17 +194,29 @@ def test_network_is_vpc_native_with_nat_for_private_nodes(gcp_gke):
     assert cluster["networkingMode"] == "VPC_NATIVE"
 
 
-def test_gpu_operator_gets_gke_paths_quota_and_runtime_config_from_file(gcp_gke):
+def test_the_second_up_leaves_the_cluster_alone(gcp_gke):
+    """The API reports the removed default pool's nodeConfig as empty; nodeConfig is ForceNew, so without
+    ignoring it every later `up` would replace the cluster (k8s-config-connector#8125)."""
+    assert gcp_gke.by_name("ml-gke").options["ignoreChanges"] == ["nodeConfig"]
+
+
+def test_gpu_operator_leaves_gpus_and_mig_to_gke_and_adds_the_rest(gcp_gke):
     values = gcp_gke.by_name("ml-gpu-operator-release").inputs["values"]
     assert values["driver"] == {"enabled": False}
+    assert values["devicePlugin"] == {"enabled": False}
+    assert values["migManager"] == {"enabled": False}
+    assert "mig" not in values
+    assert gcp_gke.by_type("kubernetes:core/v1:ConfigMap") == []
     assert values["toolkit"] == {
         "enabled": True,
         "installDir": "/home/kubernetes/bin/nvidia",
         "env": [{"name": "RUNTIME_CONFIG_SOURCE", "value": "file"}],
     }
     assert values["hostPaths"] == {"driverInstallDir": "/home/kubernetes/bin/nvidia"}
-    assert values["migManager"]["env"] == [{"name": "WITH_REBOOT", "value": "true"}]
     quota = gcp_gke.by_name("ml-gpu-operator-priority-quota")
+    # Every pool at its maximum: 4 + 2 + 2 GPU nodes and 2 system nodes, at most 17 operator pods each
+    # (one per operand DaemonSet, the validator, NFD's worker), plus 8 not tied to a node.
+    assert quota.inputs["spec"]["hard"] == {"pods": str(17 * (4 + 2 + 2 + 2) + 8)}
     assert quota.inputs["metadata"]["namespace"] == "gpu-operator"
     assert quota.inputs["spec"]["scopeSelector"]["matchExpressions"][0]["values"] == [
         "system-node-critical",
@@ -198,12 +229,12 @@ def test_aws_stacks_get_no_priority_quota(aws_eks):
     assert aws_eks.by_type("kubernetes:core/v1:ResourceQuota") == []
 
 
-def test_default_storage_class_is_balanced_pd_wait_for_first_consumer(gcp_gke):
-    storage = gcp_gke.by_name("ml-storage-class").inputs
-    assert storage["provisioner"] == "pd.csi.storage.gke.io"
-    assert storage["parameters"] == {"type": "pd-balanced"}
-    assert storage["volumeBindingMode"] == "WaitForFirstConsumer"
-    assert storage["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
+def test_gke_keeps_its_own_single_default_storage_class(gcp_gke):
+    """GKE's standard-rwo (pd-balanced, WaitForFirstConsumer) is the default; a second would win silently."""
+    assert gcp_gke.by_type("kubernetes:storage.k8s.io/v1:StorageClass") == []
+    assert gcp_gke.by_name("ml-gke").inputs["addonsConfig"]["gcePersistentDiskCsiDriverConfig"] == {
+        "enabled": True
+    }
 
 
 def test_kubeconfig_is_secret_and_uses_the_gke_auth_plugin(gcp_gke):
@@ -212,6 +243,9 @@ def test_kubeconfig_is_secret_and_uses_the_gke_auth_plugin(gcp_gke):
     kubeconfig = json.loads(provider.inputs["kubeconfig"].value)
     (user,) = kubeconfig["users"]
     assert user["user"]["exec"]["command"] == "gke-gcloud-auth-plugin"
+    # The identity the GCP provider deploys with (ADC), also in CI where gcloud is not logged in.
+    assert user["user"]["exec"]["args"] == ["--use_application_default_credentials"]
+    assert kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"]
     assert "token" not in json.dumps(kubeconfig).lower()
     assert kubeconfig["clusters"][0]["cluster"]["server"].startswith("https://34.")
     assert provider.parent == gcp_gke.by_name("ml").urn
@@ -237,12 +271,39 @@ def test_stack_outputs_say_who_picks_the_driver(gcp_gke):
     }
 
 
-def test_shared_pools_warn_that_gkes_autoscaler_sees_whole_gpus_from_zero(gcp_gke):
-    (l4,) = [w for w in gcp_gke.warnings if "GKE's autoscaler sizes" in w and "'l4'" in w]
-    assert "as 1 nvidia.com/gpu" in l4 and "offers 4 once running" in l4
-    (a100,) = [w for w in gcp_gke.warnings if "GKE's autoscaler sizes" in w and "'a100'" in w]
-    assert "offers 7 once running" in a100
-    assert not [w for w in gcp_gke.warnings if "GKE's autoscaler sizes" in w and "'t4'" in w]
+def test_slots_in_the_pool_table_are_what_gkes_device_plugin_advertises(gcp_gke):
+    """Time-sharing: clients x GPUs; MIG: partitions per GPU x GPUs; all as nvidia.com/gpu, which GKE's
+    autoscaler knows from the pool's sharing settings before a node exists."""
+    pools = {p["name"]: p for p in gcp_gke.outputs["gpuPools"]}
+    assert {name: (p["slotsPerNode"], [s["resource"] for s in p["slots"]]) for name, p in pools.items()} == {
+        "l4": (4 * 1, ["nvidia.com/gpu"]),
+        "a100": (7 * 1, ["nvidia.com/gpu"]),
+        "t4": (2, ["nvidia.com/gpu"]),
+    }
+
+
+@pytest.mark.parametrize(
+    ("nodes", "zones", "expected"),
+    [
+        (1, 3, (1, 1)),
+        (2, 3, (2, 1)),
+        (3, 3, (3, 1)),
+        (4, 3, (2, 2)),
+        (5, 3, (1, 5)),
+        (6, 3, (3, 2)),
+        (4, 1, (1, 4)),
+    ],
+)
+def test_system_nodes_split_evenly_over_as_many_zones_as_possible(nodes, zones, expected):
+    used, per_zone = system_node_layout(nodes, ZONES[:zones])
+    assert (len(used), per_zone) == expected
+    assert len(used) * per_zone == nodes and used == ZONES[: len(used)]
+
+
+def test_system_nodes_in_one_zone_are_warned_about(gcp_gke_config):
+    rec = _variant(gcp_gke_config, set_path("systemPool.nodes", 5))
+    assert rec.by_name("ml-system").inputs["nodeLocations"] == ["us-central1-a"]
+    assert any("systemPool.nodes: 5 nodes do not divide evenly" in w for w in rec.warnings)
 
 
 def test_driver_requirements_are_warned_once_per_requirement(gcp_gke):
@@ -297,6 +358,9 @@ def test_kms_key_encrypts_secrets_and_gke_may_use_it_first(gcp_gke_config):
         "member": "serviceAccount:service-123456789012@container-engine-robot.iam.gserviceaccount.com",
     }
     assert access.urn in cluster.dependencies
+    # The binding names GKE's service agent, which enabling the GKE API creates.
+    assert rec.by_name("ml-container-api").urn in access.dependencies
+    assert rec.by_name("ml-file-api").inputs["service"] == "file.googleapis.com"
 
 
 def test_latest_driver_channel_and_hyperdisk_for_series_without_pd(gcp_gke_config):
@@ -470,10 +534,60 @@ BAD_GKE_INPUTS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         ("europe-west4", "us-central1"),
     ),
     (
-        "renamed-shared-resource-cannot-scale-from-zero",
+        "renamed-shared-resource",
         set_path("gpuPools.0.sharing", {"mode": "timeSlicing", "replicas": 4, "renameByDefault": True}),
-        "gpuPools[0].sharing",
-        ("nvidia.com/gpu.shared", "renameByDefault: false"),
+        "gpuPools[0].sharing.renameByDefault",
+        ("not available on gke", "always advertises shared GPUs as nvidia.com/gpu"),
+    ),
+    (
+        "fail-requests-greater-than-one",
+        set_path("gpuPools.0.sharing", {"mode": "mps", "replicas": 2, "failRequestsGreaterThanOne": True}),
+        "gpuPools[0].sharing.failRequestsGreaterThanOne",
+        ("not available on gke",),
+    ),
+    (
+        "mig-layout-of-several-sizes",
+        set_path("gpuPools.1.sharing", {"mode": "mig", "layout": {"1g.5gb": 3, "2g.10gb": 2}}),
+        "gpuPools[1].sharing.layout",
+        ("partitions of one size", "kind: k3s"),
+    ),
+    (
+        "mig-mixed-strategy",
+        set_path("gpuPools.1.sharing", {"mode": "mig", "profile": "1g.5gb", "strategy": "mixed"}),
+        "gpuPools[1].sharing.strategy",
+        ("single strategy",),
+    ),
+    (
+        "maintenance-window-not-a-time",
+        set_path("gke", {"maintenanceWindowStart": "3am"}),
+        "gke.maintenanceWindowStart",
+        ("HH:MM",),
+    ),
+    (
+        "maintenance-exclusion-not-a-timestamp",
+        set_path(
+            "gke",
+            {
+                "maintenanceExclusions": [
+                    {"name": "freeze", "startTime": "2027-01-04", "endTime": "2027-02-01T00:00:00Z"}
+                ]
+            },
+        ),
+        "gke.maintenanceExclusions[0].startTime",
+        ("RFC 3339",),
+    ),
+    (
+        "maintenance-exclusion-ends-first",
+        set_path(
+            "gke",
+            {
+                "maintenanceExclusions": [
+                    {"name": "freeze", "startTime": "2027-02-01T00:00:00Z", "endTime": "2027-01-04T00:00:00Z"}
+                ]
+            },
+        ),
+        "gke.maintenanceExclusions[0].endTime",
+        ("ends before it starts",),
     ),
     (
         "per-pool-scale-down-time",
@@ -509,6 +623,58 @@ BAD_GKE_INPUTS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
 )
 def test_bad_gke_input_is_refused_before_any_resource(gcp_gke_config, mutation, path, words):
     assert_refused_before_any_resource(gcp_gke_config, mutation, path, words)
+
+
+def _up(config: dict[str, Any], *mutations: Mutation) -> Recording:
+    changed = copy.deepcopy(config)
+    for mutate in mutations:
+        mutate(changed["gpu-k8s:cluster"])
+    return run_program("up", changed, preview=False)
+
+
+def test_documentation_cidrs_are_refused_on_up_and_warned_about_in_a_preview(gcp_gke, gcp_gke_config):
+    assert any("apiAccessCidrs[0]: '203.0.113.0/24' - is an RFC 5737" in w for w in gcp_gke.warnings)
+    with pytest.raises(ConfigError) as caught:
+        _up(gcp_gke_config)
+    (issue,) = caught.value.issues
+    assert issue.path == "gpu-k8s:cluster.apiAccessCidrs[0]" and "pulumi up" in issue.fix
+    # A real range deploys.
+    assert _up(gcp_gke_config, set_path("apiAccessCidrs", ["198.18.7.0/24"])).by_name("ml-gke")
+
+
+def test_dns_endpoint_reaches_the_api_through_iam_whatever_the_cidrs(gcp_gke_config):
+    rec = _up(gcp_gke_config, set_path("gke", {"controlPlaneDnsEndpoint": True}))
+    cluster = rec.by_name("ml-gke").inputs
+    assert cluster["controlPlaneEndpointsConfig"]["dnsEndpointConfig"]["allowExternalTraffic"] is True
+    kubeconfig = json.loads(rec.by_name("ml-k8s").inputs["kubeconfig"].value)
+    server = kubeconfig["clusters"][0]["cluster"]
+    assert server["server"].startswith("https://gke-") and server["server"].endswith(".gke.goog")
+    assert "certificate-authority-data" not in server
+
+
+def test_maintenance_exclusions_reach_the_cluster(gcp_gke_config):
+    freeze = {"name": "freeze", "startTime": "2027-01-04T00:00:00Z", "endTime": "2027-02-01T00:00:00Z"}
+    rec = _variant(
+        gcp_gke_config,
+        set_path("gke", {"maintenanceWindowStart": "22:30", "maintenanceExclusions": [freeze]}),
+    )
+    assert rec.by_name("ml-gke").inputs["maintenancePolicy"] == {
+        "dailyMaintenanceWindow": {"startTime": "22:30"},
+        "maintenanceExclusions": [
+            {
+                "exclusionName": "freeze",
+                "startTime": "2027-01-04T00:00:00Z",
+                "endTime": "2027-02-01T00:00:00Z",
+                "exclusionOptions": {"scope": "NO_MINOR_UPGRADES"},
+            }
+        ],
+    }
+
+
+def test_mps_pools_share_with_gkes_mps(gcp_gke_config):
+    rec = _variant(gcp_gke_config, set_path("gpuPools.0.sharing", {"mode": "mps", "replicas": 3}))
+    (accelerator,) = gpu_node_pools(rec)["l4"].inputs["nodeConfig"]["guestAccelerators"]
+    assert accelerator["gpuSharingConfig"] == {"gpuSharingStrategy": "MPS", "maxSharedClientsPerGpu": 3}
 
 
 @pytest.mark.parametrize("key", ["gcp:project", "gcp:region"])

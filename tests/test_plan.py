@@ -193,8 +193,16 @@ def test_plan_runs_as_a_preview_and_up_runs_as_pulumi_up(aws_eks_config):
     assert run_program("up", aws_eks_config, program, preview=False).outputs == {"dryRun": False}
 
 
-def test_up_flag_plans_the_stack_as_a_real_run():
-    result = run_plan("aws-k3s", "--up", "--json")
+def test_up_flag_plans_the_stack_as_a_real_run(tmp_path):
+    """The example's placeholder apiAccessCidrs lock the deployer out: a preview warns, `up` refuses."""
+    refused = run_plan("aws-k3s", "--up", "--json")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "apiAccessCidrs[0]: '203.0.113.0/24' - is an RFC 5737 documentation range" in refused.stderr
+    stack = yaml.safe_load((PROJECT_ROOT / "stacks" / "Pulumi.aws-k3s.yaml").read_text())
+    stack["config"]["gpu-k8s:cluster"]["apiAccessCidrs"] = ["198.18.7.0/24"]
+    real = tmp_path / "Pulumi.aws-k3s.yaml"
+    real.write_text(yaml.safe_dump(stack))
+    result = run_plan(str(real), "--up", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["stack"] == "aws-k3s"
 

@@ -18,7 +18,7 @@ from components.configbase import ConfigError
 from components.gpu_operator import operator_values
 from components.spec import load_spec
 from providers.aws.autoscaling import scale_from_zero_tags
-from providers.aws.eks import render_kubeconfig
+from providers.aws.eks import EKS_TRAITS, render_kubeconfig
 from providers.aws.network import subnet_plan
 from providers.aws.nodes import system_ami_type, tag_resource_suffixes
 from tests.conftest import minimal_cluster
@@ -68,7 +68,7 @@ def test_system_pool_ami_follows_the_architecture():
 
 @pytest.fixture
 def pools(cluster_raw):
-    return resolve_pools(load_spec(cluster_raw), load_catalog(), "k8s.amazonaws.com/accelerator")
+    return resolve_pools(load_spec(cluster_raw), load_catalog(), EKS_TRAITS)
 
 
 def test_scale_from_zero_tags_cover_labels_taints_and_gpus(pools):
@@ -92,7 +92,7 @@ def test_cluster_idle_time_is_what_most_pools_ask_for(cluster_raw):
             {"name": f"p{i}", "instanceType": "g6.xlarge", "maxNodes": 1, "scaleDownUnneededTime": t}
             for i, t in enumerate(times)
         ]
-        return resolve_pools(load_spec(cluster_raw), load_catalog(), "k8s.amazonaws.com/accelerator")
+        return resolve_pools(load_spec(cluster_raw), load_catalog(), EKS_TRAITS)
 
     assert cluster_scale_down_unneeded_time(pools_with(["5m", "10m", "10m"])) == "10m0s"
     assert cluster_scale_down_unneeded_time(pools_with(["15m", "300s"])) == "5m0s"
@@ -120,11 +120,16 @@ def test_operator_values_follow_platform_traits(pools):
         accelerator_label="cloud.google.com/gke-accelerator",
         driver_install_dir="/home/kubernetes/bin/nvidia",
         toolkit_install_dir="/home/kubernetes/bin/nvidia",
+        gpu_sharing_owner="platform",
     )
-    values = operator_values(gke_like, pools, "dp-config")
+    values = operator_values(gke_like, pools, None)
     assert values["driver"] == {"enabled": False}
     assert values["hostPaths"] == {"driverInstallDir": "/home/kubernetes/bin/nvidia"}
     assert values["toolkit"]["installDir"] == "/home/kubernetes/bin/nvidia"
+    # The platform shares and partitions the GPUs: no device plugin, no MIG manager, no MIG strategy.
+    assert values["devicePlugin"] == {"enabled": False}
+    assert values["migManager"] == {"enabled": False}
+    assert "mig" not in values
 
 
 def test_kubeconfig_structure():

@@ -242,6 +242,13 @@ class RealisticMocks(pulumi_mocks.Mocks):
                 **outputs.get("masterAuth", {}),
                 "clusterCaCertificate": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==",
             }
+            if "controlPlaneEndpointsConfig" in outputs:
+                dns = outputs["controlPlaneEndpointsConfig"].get("dnsEndpointConfig", {})
+                dns["endpoint"] = f"gke-{_fake_hex(name, 32)}-{project}.{outputs['location']}.gke.goog"
+                outputs["controlPlaneEndpointsConfig"] = {
+                    **outputs["controlPlaneEndpointsConfig"],
+                    "dnsEndpointConfig": dns,
+                }
             return f"projects/{project}/locations/{outputs['location']}/clusters/{outputs['name']}"
         return f"{name}-{_fake_hex(name, 8)}"
 

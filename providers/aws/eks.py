@@ -162,7 +162,7 @@ class EksCluster(pulumi.ComponentResource):
         )
         admin_access = self._deployer_admin_access(name, cluster.name)
 
-        pools = resolve_pools(spec, args.catalog, EKS_TRAITS.accelerator_label)
+        pools = resolve_pools(spec, args.catalog, EKS_TRAITS)
         pre_node_addons = [addons.addon(name, a, cluster.name, self) for a in addons.PRE_NODE_ADDONS]
         node_role = role_with_policies(
             f"{name}-node", service_trust_policy("ec2.amazonaws.com"), EKS_NODE_POLICIES, parent=self
@@ -204,6 +204,7 @@ class EksCluster(pulumi.ComponentResource):
             pools=pools,
             traits=EKS_TRAITS,
             system_ready=system_ready,
+            system_nodes=spec.system_pool.nodes,
         )
         self.register_outputs(
             {"clusterName": cluster.name, "endpoint": cluster.endpoint, "kubeconfig": kubeconfig}

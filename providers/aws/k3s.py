@@ -304,6 +304,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
             pools=args.pools,
             traits=args.traits,
             system_ready=system_ready,
+            system_nodes=len(servers),
         )
         self.register_outputs({"apiEndpoint": api_host, "kubeconfig": control_plane.kubeconfig})
 
@@ -533,7 +534,7 @@ def build(spec: ClusterSpec) -> GpuCluster:
     region = region_from_config()
     traits = k3s_traits(spec, ACCELERATOR_LABEL)
     raise_if_any(aws_k3s_issues(spec), platform_issues(spec, traits, catalog))
-    pools = resolve_pools(spec, catalog, traits.accelerator_label)
+    pools = resolve_pools(spec, catalog, traits)
     provider = aws_provider(spec.name, region)
     cluster = AwsK3sCluster(
         spec.name,

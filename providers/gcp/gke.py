@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 import functools
 import ipaddress
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -18,6 +19,7 @@ from components.compat import DriverFacts
 from components.configbase import ConfigIssue, config_path, raise_if_any
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.kubeconfig import exec_kubeconfig
+from components.sharing import SharingSpec
 from components.spec import (
     TAINT_EFFECT_API_NAMES,
     ClusterSpec,
@@ -26,18 +28,23 @@ from components.spec import (
     TaintSpec,
     pool_child_name,
 )
-from components.storage import default_storage_class, default_storage_class_manifest
 from providers.gcp.iam import KMS_ENCRYPTER, NodeServiceAccount, gke_service_agent
 from providers.gcp.location import project_and_region, zone_issues
-from providers.gcp.machines import BALANCED_PD, CLOUD_PLATFORM_SCOPE, boot_disk_type, system_pool_issues
+from providers.gcp.machines import CLOUD_PLATFORM_SCOPE, boot_disk_type, system_pool_issues
 from providers.gcp.network import Network
 from providers.gcp.services import enabled_services
 
-# Turns GKE's own NVIDIA device plugin off on a node, so the operator's (and its sharing configs) is the only
-# one (NVIDIA google-gke.rst; REFERENCE.md 2b).
-NO_GKE_DEVICE_PLUGIN_LABEL = "gke-no-default-nvidia-gpu-device-plugin"
-# Where Google's driver installer puts the driver on COS; the operator's toolkit goes beside it.
+# GKE's managed driver install is finished by an init container of GKE's own device-plugin DaemonSet, so
+# GKE's plugin stays on (never the `gke-no-default-nvidia-gpu-device-plugin` label: a labelled pool with the
+# managed install comes up driverless; NVIDIA AICR docs/integrator/gke-gpu-setup.md, NVIDIA/aicr#2047).
+# Where GKE's installer puts the driver on COS; the operator's toolkit goes beside it.
 GKE_NVIDIA_DIR = "/home/kubernetes/bin/nvidia"
+# GKE taints GPU nodes of clusters with non-GPU pools nvidia.com/gpu=present:NoSchedule itself and refuses a
+# second taint with that key and effect (hashicorp/terraform-provider-google#7928; cluster-toolkit's
+# gke-node-pool sets the same value for that reason).
+GKE_GPU_TAINT_VALUE = "present"
+# GKE's own GPU sharing (GPUSharingConfig.gpuSharingStrategy in the pinned discovery document).
+GKE_SHARING_STRATEGY = {"timeSlicing": "TIME_SHARING", "mps": "MPS"}
 # GKE >= 1.33: the toolkit must read containerd's config from its file (NVIDIA google-gke.rst known issue).
 RUNTIME_CONFIG_FROM_FILE_SINCE = (1, 33)
 NODE_IMAGE = "COS_CONTAINERD"
@@ -51,9 +58,24 @@ AUTONAME_SUFFIX = 8
 # NodeConfig.labels "supports up to 1,024 total characters in a single request" (GKE API discovery document;
 # counted here as keys plus values).
 MAX_NODE_LABEL_CHARACTERS = 1024
+DAILY_WINDOW_START = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 KMS_KEY = re.compile(r"^projects/[^/]+/locations/([^/]+)/keyRings/[^/]+/cryptoKeys/[^/]+$")
 DRIVER_CHANNEL = {"default": "DEFAULT", "latest": "LATEST"}
-REQUIRED_APIS = ("compute.googleapis.com", "container.googleapis.com", "iam.googleapis.com")
+# Cloud Resource Manager serves project IAM bindings and project lookups; even reading a Service needs it,
+# so on a project where it is off it must be enabled once by hand first (stacks/README.md, "GCP project").
+REQUIRED_APIS = (
+    "cloudresourcemanager.googleapis.com",
+    "compute.googleapis.com",
+    "container.googleapis.com",
+    "iam.googleapis.com",
+)
+# Filestore CSI needs the Cloud Filestore API (GKE docs, Filestore CSI driver, "Before you begin").
+FILESTORE_API = "file.googleapis.com"
+# The cluster is created with a default node pool that is removed at once; the API then reports nodeConfig
+# from "the first node pool" (discovery document, Cluster.nodeConfig) and the provider reads an empty one
+# back. nodeConfig is ForceNew, so without this every later `up` would replace the cluster
+# (GoogleCloudPlatform/k8s-config-connector#8125; cluster-toolkit's gke-cluster ignores it for this reason).
+CLUSTER_IGNORED_CHANGES = ("nodeConfig",)
 
 
 def gke_traits(spec: ClusterSpec) -> PlatformTraits:
@@ -76,11 +98,30 @@ def gke_traits(spec: ClusterSpec) -> PlatformTraits:
         toolkit_install_dir=GKE_NVIDIA_DIR,
         toolkit_runtime_config_source="file" if minor >= RUNTIME_CONFIG_FROM_FILE_SINCE else None,
         needs_priority_quota=True,
+        # GKE's device plugin advertises the GPUs, time-shared, MPS-shared or MIG-partitioned as the node
+        # pool says, so GKE's autoscaler knows what a new node brings; the operator adds the toolkit, DCGM
+        # exporter, GPU feature discovery and validation (NVIDIA AICR's gke-default profile).
+        gpu_sharing_owner="platform",
+        gpu_taint_value=GKE_GPU_TAINT_VALUE,
     )
 
 
-def gpu_node_labels(pool: GpuPool) -> dict[str, str]:
-    return {**pool.node_labels, NO_GKE_DEVICE_PLUGIN_LABEL: "true"}
+def accelerator_sharing(pool: GpuPool) -> dict[str, object]:
+    """The guest accelerator's sharing fields for a pool (GKE docs "time-sharing GPUs", "NVIDIA MPS",
+    "multi-instance GPUs"): GKE's device plugin then advertises replicas x GPUs, or the partitions, as
+    nvidia.com/gpu."""
+    sharing = pool.spec.sharing
+    if sharing.mode in GKE_SHARING_STRATEGY:
+        assert sharing.replicas is not None, "validated: timeSlicing and mps need replicas"
+        return {
+            "gpu_sharing_config": gcp.container.NodePoolNodeConfigGuestAcceleratorGpuSharingConfigArgs(
+                gpu_sharing_strategy=GKE_SHARING_STRATEGY[sharing.mode],
+                max_shared_clients_per_gpu=sharing.replicas,
+            )
+        }
+    if sharing.mode == "mig":
+        return {"gpu_partition_size": sharing.profile}
+    return {}
 
 
 def gke_issues(
@@ -107,6 +148,7 @@ def _control_plane_issues(gke: GkeSpec, region: str) -> Iterable[ConfigIssue]:
             "the control plane's range must be a private /28",
             "use an unused /28 such as 172.16.0.0/28",
         )
+    yield from _maintenance_issues(gke)
     key = gke.secrets_kms_key
     match = KMS_KEY.match(key) if key is not None else None
     if key is not None and match is None:
@@ -125,6 +167,41 @@ def _control_plane_issues(gke: GkeSpec, region: str) -> Iterable[ConfigIssue]:
             f"the key is in {match.group(1)}, the cluster in {region}",
             f"use a key ring in {region}",
         )
+
+
+def _timestamp(text: str) -> datetime.datetime | None:
+    try:
+        parsed = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def _maintenance_issues(gke: GkeSpec) -> Iterable[ConfigIssue]:
+    if not DAILY_WINDOW_START.match(gke.maintenance_window_start):
+        yield ConfigIssue(
+            config_path("gke", "maintenanceWindowStart"),
+            gke.maintenance_window_start,
+            'not a time of day "HH:MM" (GMT)',
+            'write it like "03:00"',
+        )
+    for index, exclusion in enumerate(gke.maintenance_exclusions):
+        path = functools.partial(config_path, "gke", "maintenanceExclusions", index)
+        times = {}
+        for key, text in (("startTime", exclusion.start_time), ("endTime", exclusion.end_time)):
+            times[key] = _timestamp(text)
+            if times[key] is None:
+                yield ConfigIssue(
+                    path(key),
+                    text,
+                    "not an RFC 3339 timestamp with a time zone",
+                    "write 2027-01-04T00:00:00Z",
+                )
+        start, end = times["startTime"], times["endTime"]
+        if start is not None and end is not None and end <= start:
+            yield ConfigIssue(
+                path("endTime"), exclusion.end_time, "ends before it starts", "end it after startTime"
+            )
 
 
 def _node_pool_issues(spec: ClusterSpec, pools: Sequence[GpuPool]) -> Iterable[ConfigIssue]:
@@ -148,8 +225,7 @@ def _node_pool_issues(spec: ClusterSpec, pools: Sequence[GpuPool]) -> Iterable[C
                 "which removes idle nodes sooner than the default profile)",
                 "remove it",
             )
-        labels = gpu_node_labels(pool)
-        size = sum(len(key) + len(value) for key, value in labels.items())
+        size = sum(len(key) + len(value) for key, value in pool.node_labels.items())
         if size > MAX_NODE_LABEL_CHARACTERS:
             yield ConfigIssue(
                 path("labels"),
@@ -158,45 +234,66 @@ def _node_pool_issues(spec: ClusterSpec, pools: Sequence[GpuPool]) -> Iterable[C
                 f"{MAX_NODE_LABEL_CHARACTERS} in one request",
                 "shorten or drop some of your labels",
             )
-        if not pool.offer.advertises_whole_gpu_resource:
-            offered = ", ".join(slot.resource for slot in pool.offer.slots)
-            yield ConfigIssue(
-                path("sharing"),
-                pool.spec.sharing.model_dump(by_alias=True, exclude_defaults=True),
-                f"nodes would offer {offered} instead of nvidia.com/gpu; GKE's autoscaler plans new nodes "
-                "from their accelerators as nvidia.com/gpu and treats a GPU node that never advertises it as "
-                "not ready, so pods asking for these resources would never get a node",
-                "use mig strategy single, or renameByDefault: false",
-            )
+        yield from _sharing_issues(functools.partial(path, "sharing"), pool.spec.sharing)
 
 
-def gke_warnings(pools: Iterable[GpuPool]) -> Iterable[ConfigIssue]:
-    """What GKE's autoscaler cannot see from zero: a node's shared slots beyond its whole GPUs."""
-    for index, pool in enumerate(pools):
-        gpus, slots = pool.gpus_per_node, pool.offer.slots_per_node
-        if slots > gpus and pool.spec.min_nodes == 0:
-            yield ConfigIssue(
-                config_path("gpuPools", index, "sharing"),
-                pool.spec.sharing.model_dump(by_alias=True, exclude_defaults=True),
-                f"pool {pool.spec.name!r}: GKE's autoscaler sizes a node of this pool at zero as {gpus} "
-                f"nvidia.com/gpu (its GPUs), though it offers {slots} once running; a pending pod asking for "
-                f"more than {gpus} does not start the first node",
-                "keep single-pod requests within the GPUs per node, or set minNodes: 1",
-            )
+# Sharing keys of the operator's device plugin that GKE's plugin has no equivalent for.
+GKE_UNSHARABLE = {
+    "layout": (
+        "GKE cuts every GPU of a node into partitions of one size (gpuPartitionSize)",
+        "use profile: <one size>; for a layout of several sizes use kind: k3s on GCE, where the GPU "
+        "Operator's MIG manager applies it",
+    ),
+    "renameByDefault": (
+        "GKE's device plugin always advertises shared GPUs as nvidia.com/gpu",
+        "remove it; pods pick shared nodes by the cloud.google.com/gke-gpu-sharing-strategy label",
+    ),
+    "failRequestsGreaterThanOne": (
+        "GKE's device plugin decides how requests for several shared GPUs are handled",
+        "remove it",
+    ),
+}
 
 
-def render_kubeconfig(cluster_name: str, endpoint: str, ca_data: str) -> str:
-    """A kubeconfig that authenticates with `gke-gcloud-auth-plugin`."""
+def _sharing_issues(path: Callable[..., str], sharing: SharingSpec) -> Iterable[ConfigIssue]:
+    set_keys = sharing.model_dump(by_alias=True, exclude_none=True)
+    for key, (problem, fix) in GKE_UNSHARABLE.items():
+        if set_keys.get(key) not in (None, False):
+            yield ConfigIssue(path(key), set_keys[key], f"not available on gke: {problem}", fix)
+    if sharing.strategy == "mixed":
+        yield ConfigIssue(
+            path("strategy"),
+            sharing.strategy,
+            "not available on gke: GKE advertises MIG partitions as nvidia.com/gpu (the single strategy)",
+            "remove it",
+        )
+
+
+def render_kubeconfig(cluster_name: str, endpoint: str, ca_data: str | None) -> str:
+    """A kubeconfig that authenticates with `gke-gcloud-auth-plugin` as the application default credentials,
+    the identity the GCP provider deploys with (without the flag the plugin asks the gcloud CLI, which CI
+    with workload identity federation does not log in: kubernetes/cloud-provider-gcp#264).
+
+    `ca_data` is the cluster CA for the IP endpoint; None for the DNS endpoint, whose certificate the
+    system's trust store verifies (UNCONFIRMED here: taken from gcloud's --dns-endpoint kubeconfigs)."""
     return exec_kubeconfig(
         cluster_name,
         f"https://{endpoint}",
         ca_data,
         {
             "command": "gke-gcloud-auth-plugin",
+            "args": ["--use_application_default_credentials"],
             "installHint": "gcloud components install gke-gcloud-auth-plugin",
             "provideClusterInfo": True,
         },
     )
+
+
+def system_node_layout(nodes: int, zones: Sequence[str]) -> tuple[list[str], int]:
+    """The zones of a fixed-size pool and the nodes in each: the most zones that split `nodes` evenly,
+    so the pool holds exactly `nodes` (GKE counts a pool's nodes per zone)."""
+    spread = max(k for k in range(1, min(nodes, len(zones)) + 1) if nodes % k == 0)
+    return list(zones[:spread]), nodes // spread
 
 
 def gke_taints(taints: Iterable[TaintSpec]) -> list[gcp.container.NodePoolNodeConfigTaintArgs]:
@@ -257,7 +354,9 @@ class GkeCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-k8s:gcp:GkeCluster", name, None, opts)
         spec, gke, child = args.spec, args.spec.gke, pulumi.ResourceOptions(parent=self)
-        apis = enabled_services(name, args.project, REQUIRED_APIS, self)
+        apis = enabled_services(
+            name, args.project, [*REQUIRED_APIS, *([FILESTORE_API] if gke.filestore_csi else [])], self
+        )
         network = Network(
             f"{name}-network",
             spec.name,
@@ -280,7 +379,8 @@ class GkeCluster(pulumi.ComponentResource):
                     crypto_key_id=gke.secrets_kms_key,
                     role=KMS_ENCRYPTER,
                     member=gke_service_agent(project.number),
-                    opts=child,
+                    # Enabling the GKE API creates the service agent this binding names.
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[apis["container.googleapis.com"]]),
                 )
             )
         zones = list(spec.network.zones)
@@ -313,6 +413,34 @@ class GkeCluster(pulumi.ComponentResource):
                     )
                     for index, cidr in enumerate(spec.api_access_cidrs)
                 ]
+            ),
+            control_plane_endpoints_config=(
+                gcp.container.ClusterControlPlaneEndpointsConfigArgs(
+                    dns_endpoint_config=gcp.container.ClusterControlPlaneEndpointsConfigDnsEndpointConfigArgs(
+                        allow_external_traffic=True
+                    )
+                )
+                if gke.control_plane_dns_endpoint
+                else None
+            ),
+            maintenance_policy=gcp.container.ClusterMaintenancePolicyArgs(
+                daily_maintenance_window=gcp.container.ClusterMaintenancePolicyDailyMaintenanceWindowArgs(
+                    start_time=gke.maintenance_window_start
+                ),
+                maintenance_exclusions=[
+                    gcp.container.ClusterMaintenancePolicyMaintenanceExclusionArgs(
+                        exclusion_name=exclusion.name,
+                        start_time=exclusion.start_time,
+                        end_time=exclusion.end_time,
+                        exclusion_options=(
+                            gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
+                                scope=exclusion.scope
+                            )
+                        ),
+                    )
+                    for exclusion in gke.maintenance_exclusions
+                ]
+                or None,
             ),
             master_auth=gcp.container.ClusterMasterAuthArgs(
                 client_certificate_config=gcp.container.ClusterMasterAuthClientCertificateConfigArgs(
@@ -359,7 +487,9 @@ class GkeCluster(pulumi.ComponentResource):
                 ),
             ),
             deletion_protection=gke.deletion_protection,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=prerequisites),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=prerequisites, ignore_changes=list(CLUSTER_IGNORED_CHANGES)
+            ),
         )
         system_nodes = self._system_pool(name, spec.system_pool, cluster, location, zones, nodes.email)
 
@@ -367,21 +497,21 @@ class GkeCluster(pulumi.ComponentResource):
         for pool in pools:
             self._gpu_pool(name, pool, cluster, location, zones, nodes.email, gke.gpu_driver_version)
 
+        if gke.control_plane_dns_endpoint:
+            endpoint = cluster.control_plane_endpoints_config.apply(
+                lambda config: config["dns_endpoint_config"]["endpoint"]  # type: ignore[index]
+            )
+            ca_data: pulumi.Input[str | None] = None
+        else:
+            endpoint, ca_data = cluster.endpoint, cluster.master_auth.cluster_ca_certificate
         kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
-            pulumi.Output.all(
-                cluster.name, cluster.endpoint, cluster.master_auth.cluster_ca_certificate
-            ).apply(lambda parts: render_kubeconfig(parts[0], parts[1], parts[2]))
+            pulumi.Output.all(cluster.name, endpoint, ca_data).apply(
+                lambda parts: render_kubeconfig(parts[0], parts[1], parts[2])
+            )
         )
         k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig, opts=child)
-        # GKE ships its own default class (standard-rwo, also pd-balanced); with two defaults Kubernetes
-        # gives claims without a class the newest one (since 1.26), which is this one.
-        default_storage_class(
-            name,
-            default_storage_class_manifest(BALANCED_PD, "pd.csi.storage.gke.io", {"type": BALANCED_PD}),
-            k8s_provider,
-            self,
-            [system_nodes],
-        )
+        # No StorageClass of our own: GKE's `standard-rwo` (pd-balanced, WaitForFirstConsumer, expandable)
+        # is already the default, and a second default only makes the newest one win silently.
         self.handle = GpuCluster(
             name=spec.name,
             kubernetes_version=spec.kubernetes_version,
@@ -390,6 +520,7 @@ class GkeCluster(pulumi.ComponentResource):
             pools=pools,
             traits=args.traits,
             system_ready=[system_nodes],
+            system_nodes=spec.system_pool.nodes,
         )
         self.register_outputs(
             {"clusterName": cluster.name, "endpoint": cluster.endpoint, "kubeconfig": kubeconfig}
@@ -404,21 +535,20 @@ class GkeCluster(pulumi.ComponentResource):
         zones: list[str],
         service_account: pulumi.Input[str],
     ) -> gcp.container.NodePool:
-        """On-demand CPU nodes for the add-ons; exactly `nodes` of them spread over the zones."""
+        """On-demand CPU nodes for the add-ons: exactly `nodes` of them, a fixed number per zone."""
+        system_zones, per_zone = system_node_layout(pool.nodes, zones)
         return gcp.container.NodePool(
             f"{name}-system",
             cluster=cluster.name,
             location=location,
-            node_locations=zones,
-            initial_node_count=1,
-            autoscaling=gcp.container.NodePoolAutoscalingArgs(
-                total_min_node_count=pool.nodes, total_max_node_count=pool.nodes
-            ),
+            node_locations=system_zones,
+            # node_count is per zone of node_locations (pulumi-gcp NodePool docs).
+            node_count=per_zone,
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
             node_config=node_config(
                 service_account, pool.instance_type, pool.disk_size_gib, labels={POOL_LABEL: "system"}
             ),
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["initialNodeCount"]),
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
     def _gpu_pool(
@@ -454,7 +584,7 @@ class GkeCluster(pulumi.ComponentResource):
                 service_account,
                 pool.machine.name,
                 spec.disk_size_gib,
-                labels=gpu_node_labels(pool),
+                labels=pool.node_labels,
                 taints=pool.taints,
                 accelerators=[
                     gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
@@ -465,6 +595,7 @@ class GkeCluster(pulumi.ComponentResource):
                                 gpu_driver_version=DRIVER_CHANNEL[driver_channel]
                             )
                         ),
+                        **accelerator_sharing(pool),  # type: ignore[arg-type]
                     )
                 ],
                 spot=spec.spot,
@@ -479,10 +610,18 @@ def build(spec: ClusterSpec) -> GpuCluster:
     catalog = load_catalog()
     project, region = project_and_region()
     traits = gke_traits(spec)
-    pools = resolve_pools(spec, catalog, traits.accelerator_label)
-    raise_if_any(gke_issues(spec, catalog, region, pools), platform_issues(spec, traits, catalog))
-    for warning in gke_warnings(pools):
-        pulumi.log.warn(str(warning))
+    pools = resolve_pools(spec, catalog, traits)
+    raise_if_any(
+        gke_issues(spec, catalog, region, pools),
+        platform_issues(spec, traits, catalog, api_reached_by_cidr=not spec.gke.control_plane_dns_endpoint),
+    )
+    system_zones, _ = system_node_layout(spec.system_pool.nodes, list(spec.network.zones))
+    if spec.system_pool.nodes > 1 and len(system_zones) == 1 and len(spec.network.zones) > 1:
+        pulumi.log.warn(
+            f"gpu-k8s:cluster.systemPool.nodes: {spec.system_pool.nodes} nodes do not divide evenly over "
+            f"{len(spec.network.zones)} zones, so all run in {system_zones[0]}; a zone outage takes the "
+            "add-ons down. Fix: a node count that the zone count (or a part of it) divides."
+        )
     provider = gcp.Provider(
         f"{spec.name}-gcp",
         project=project,

@@ -239,6 +239,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
             pools=args.pools,
             traits=args.traits,
             system_ready=system_ready,
+            system_nodes=len(servers),
         )
         self.register_outputs({"apiEndpoint": api_address.address, "kubeconfig": control_plane.kubeconfig})
 
@@ -616,7 +617,7 @@ def build(spec: ClusterSpec) -> GpuCluster:
         system_pool_issues(spec, catalog),
         platform_issues(spec, traits, catalog),
     )
-    pools = resolve_pools(spec, catalog, traits.accelerator_label)
+    pools = resolve_pools(spec, catalog, traits)
     provider = gcp.Provider(
         f"{spec.name}-gcp", project=project, region=region, default_labels={"gpu-k8s-cluster": spec.name}
     )
