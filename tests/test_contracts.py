@@ -332,8 +332,29 @@ def test_project_file_uses_only_schema_fields():
     for key, declaration in project["config"].items():
         assert set(declaration) <= {"type", "items", "description", "secret", "default", "value"}, key
         assert declaration.get("type", "string") in {"string", "integer", "boolean", "array"}, key
-    assert project["config"]["pulumi:disable-default-providers"]["value"] == ["*"]
+    assert project["config"]["pulumi:disable-default-providers"]["value"] == [
+        "aws",
+        "gcp",
+        "kubernetes",
+        "tls",
+        "random",
+    ]
     assert Path(PROJECT_ROOT / "stacks" / "README.md").is_file()
+
+
+def test_every_package_but_the_dynamic_host_must_name_its_provider(aws_eks, gcp_gke, aws_k3s, gcp_k3s):
+    """The deny list names every package the program registers resources of; only the Python language host's
+    dynamic provider (the readiness gate), which has no explicit form, runs as a default provider."""
+    project = yaml.safe_load((PROJECT_ROOT / "Pulumi.yaml").read_text())
+    denied = set(project["config"]["pulumi:disable-default-providers"]["value"])
+    used = {
+        r.type.split(":", 1)[0]
+        for rec in (aws_eks, gcp_gke, aws_k3s, gcp_k3s)
+        for r in rec.registrations
+        if r.custom and not r.type.startswith("pulumi:providers:")
+    }
+    assert used - denied == {"pulumi-python"}
+    assert denied <= used
 
 
 # --- GPU sharing: the device-plugin and mig-parted configs, parsed back and checked against upstream ---

@@ -309,16 +309,18 @@ class _InputCapture(pulumi_mocks.Mocks):
 class RecordingMonitor(pulumi_mocks.MockMonitor):
     """A MockMonitor that keeps every registration and the stack outputs."""
 
-    def __init__(self, mocks: pulumi_mocks.Mocks, recording: Recording, deny_default_providers: bool):
+    def __init__(self, mocks: pulumi_mocks.Mocks, recording: Recording, denied_packages: frozenset[str]):
         self.capture = _InputCapture(mocks)
         super().__init__(self.capture)
         self.recording = recording
-        self.deny_default_providers = deny_default_providers
+        self.denied_packages = denied_packages
         self.lock = threading.Lock()
 
     def RegisterResource(self, request):
         is_provider = request.type.startswith("pulumi:providers:")
-        if request.custom and not is_provider and not request.provider and self.deny_default_providers:
+        package = request.type.split(":", 1)[0]
+        denied = "*" in self.denied_packages or package in self.denied_packages
+        if request.custom and not is_provider and not request.provider and denied:
             raise DefaultProviderError(
                 f"{request.type} {request.name!r} has no explicit provider and default providers are disabled"
             )
@@ -420,8 +422,8 @@ def run_program(
     loop.set_default_executor(executor)
     region = str(config.get("aws:region") or config.get("gcp:region") or "us-east-1")
     mocks = mocks or RealisticMocks(region=region, project=str(config.get("gcp:project", "gpu-k8s-demo")))
-    deny = "*" in (config.get("pulumi:disable-default-providers") or [])
-    monitor = RecordingMonitor(mocks, recording, deny_default_providers=deny)
+    denied = frozenset(config.get("pulumi:disable-default-providers") or [])
+    monitor = RecordingMonitor(mocks, recording, denied_packages=denied)
     logger = logging.getLogger(f"gpu-k8s.engine.{stack}")
     logger.propagate = False
     logger.handlers = [_WarningCollector(recording.warnings)]

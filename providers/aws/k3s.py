@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
-import pulumi_kubernetes as k8s
 
 from components.autoscaler import (
     SYSTEM_POOL_NAME,
@@ -31,6 +30,7 @@ from components.gpu_operator import OPERATOR_NAMESPACE
 from components.helm import helm_release
 from components.k3s.cloudinit import API_PORT, AgentNode, ServerNode, agent_cloud_config, server_cloud_config
 from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits
+from components.k3s.readiness import gated_kubernetes_provider
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class
 from providers.aws import addons
@@ -268,8 +268,8 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 boot_after=[agent_secret_value, agent_reads],
             )
 
-        k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=control_plane.kubeconfig, opts=child)
         system_ready: list[pulumi.Resource] = [*(server.instance for server in servers), listener, *targets]
+        k8s_provider = gated_kubernetes_provider(name, control_plane.kubeconfig, system_ready, self)
         ebs_csi = helm_release(
             f"{name}-ebs-csi",
             chart=EBS_CSI_CHART,

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_gcp as gcp
-import pulumi_kubernetes as k8s
 
 from components.autoscaler import (
     SYSTEM_POOL_NAME,
@@ -27,6 +26,7 @@ from components.configbase import ConfigIssue, config_path, raise_if_any
 from components.gpu_operator import OPERATOR_NAMESPACE
 from components.k3s.cloudinit import API_PORT, AgentNode, ServerNode, agent_cloud_config, server_cloud_config
 from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits
+from components.k3s.readiness import gated_kubernetes_provider
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class, default_storage_class_manifest
 from providers.gcp.autoscaling import (
@@ -215,8 +215,8 @@ class GcpK3sCluster(pulumi.ComponentResource):
         pd_csi_access = self._pd_csi_access(name, args.project, identities)
         self.autoscaler_identity = self._autoscaler_access(name, args.project, identities.servers)
 
-        k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=control_plane.kubeconfig, opts=child)
         system_ready: list[pulumi.Resource] = [*servers, forwarding]
+        k8s_provider = gated_kubernetes_provider(name, control_plane.kubeconfig, system_ready, self)
         pd_csi = PdCsiDriver(
             f"{name}-pd-csi",
             pd_csi_manifests({POOL_LABEL: SYSTEM_POOL_NAME}),
