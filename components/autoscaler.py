@@ -77,7 +77,10 @@ def node_template(pool: GpuPool, cluster_unneeded_time: str) -> NodeTemplate:
 
 
 def autoscaler_values(
-    kubernetes_minor: str, cloud_values: Mapping[str, Any], pools: Sequence[GpuPool]
+    kubernetes_minor: str,
+    cloud_values: Mapping[str, Any],
+    pools: Sequence[GpuPool],
+    tolerations: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     """Helm values for the cluster-autoscaler chart: shared settings, then the provider's."""
     cloud = dict(cloud_values)
@@ -90,6 +93,7 @@ def autoscaler_values(
         "image": {"tag": AUTOSCALER_IMAGE_TAGS[kubernetes_minor]},
         "rbac": {"serviceAccount": {"create": True, "name": AUTOSCALER_SERVICE_ACCOUNT}},
         "nodeSelector": {POOL_LABEL: SYSTEM_POOL_NAME},
+        **({"tolerations": [dict(t) for t in tolerations]} if tolerations else {}),
         "extraArgs": extra_args,
         **cloud,
     }
@@ -120,7 +124,12 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             version=args.chart_version,
             repository=AUTOSCALER_HELM_REPO,
             namespace=AUTOSCALER_NAMESPACE,
-            values=autoscaler_values(cluster.kubernetes_version, args.cloud_values, cluster.pools),
+            values=autoscaler_values(
+                cluster.kubernetes_version,
+                args.cloud_values,
+                cluster.pools,
+                cluster.traits.system_tolerations,
+            ),
             parent=self,
             provider=cluster.k8s_provider,
             depends_on=[*cluster.system_ready, *args.identity],

@@ -62,6 +62,15 @@ class PlatformTraits:
     gpu_sharing_owner: Literal["operator", "platform"] = "operator"
     # The value of the GPU taint; GKE taints GPU nodes nvidia.com/gpu=present:NoSchedule itself.
     gpu_taint_value: str = "true"
+    # A taint on the non-GPU nodes that keeps workloads off them (k3s servers hold the cluster's keys); the
+    # add-ons that must run there tolerate it. None where those nodes take any pod.
+    system_taint: TaintSpec | None = None
+
+    @property
+    def system_tolerations(self) -> list[dict[str, str]]:
+        """Tolerations for pods that run on the system nodes."""
+        taint = self.system_taint
+        return [] if taint is None else [{"key": taint.key, "operator": "Exists", "effect": taint.effect}]
 
     @property
     def driver_preinstalled(self) -> bool:

@@ -124,15 +124,22 @@ def operator_values(
     # cdi.enabled keeps the chart's default (true since v25.10). AWS's AL2023 NVIDIA example values do not
     # set it either; whether CDI injection works with the AMI's preinstalled toolkit is UNCONFIRMED here
     # and needs a GPU smoke test on a real node.
+    system = traits.system_tolerations
+    nfd: dict[str, Any] = {"worker": {"tolerations": [_CONTROL_PLANE_TOLERATION, *tolerations]}}
     values: dict[str, Any] = {
         "driver": driver,
         "toolkit": toolkit,
         "daemonsets": {"tolerations": tolerations},
-        "node-feature-discovery": {"worker": {"tolerations": [_CONTROL_PLANE_TOLERATION, *tolerations]}},
+        "node-feature-discovery": nfd,
         # The chart enables a ServiceMonitor by default, which needs the Prometheus Operator CRDs;
         # a fresh cluster has none. Users with Prometheus turn it back on in their own program.
         "dcgmExporter": {"serviceMonitor": {"enabled": False}},
     }
+    if system:
+        # The operator (and its hook jobs), NFD's master and its garbage collector run on the system nodes.
+        values["operator"] = {"tolerations": [_CONTROL_PLANE_TOLERATION, *system]}
+        nfd["master"] = {"tolerations": [_CONTROL_PLANE_TOLERATION, *system]}
+        nfd["gc"] = {"tolerations": list(system)}
     if traits.driver_install_dir:
         values["hostPaths"] = {"driverInstallDir": traits.driver_install_dir}
     if traits.gpu_sharing_owner == "platform":

@@ -52,6 +52,7 @@ FAKE_INSTALLER = """#!/bin/sh
 } > /mnt/records/installer
 echo install >> /mnt/records/sequence
 """
+FAILING_INSTALLER = '#!/bin/sh\necho "[ERROR]  Download failed" >&2\nexit 1\n'
 FAKE_SLEEP = '#!/bin/sh\necho "$1" >> /mnt/records/sleeps\n'
 FAKE_SYSCTL = """#!/bin/sh
 echo "$*" >> /mnt/records/sysctl
@@ -75,6 +76,7 @@ class Scenario:
     # refuse the signature), or valid but without read permission (the store must refuse the call).
     aws_credentials: str = "valid"
     server_up: bool = True
+    installer_failures: int = 0  # the first N runs of the install script fail, as a failed download would
     workdir: str = ""
 
     @property
@@ -123,6 +125,7 @@ class Fakes:
         self.log: list[dict[str, Any]] = []
         self.secret_reads = 0
         self.secret_answers = 0
+        self.installer_fetches = 0
 
     def record(self, **entry: Any) -> None:
         with self.lock:
@@ -133,6 +136,14 @@ class Fakes:
             self.secret_reads += 1
             failures = self.scenario.secret_store_failures
             return failures < 0 or self.secret_reads <= failures
+
+    def installer(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        if not path.startswith("/k3s-io/k3s/") or not path.endswith("/install.sh"):
+            return _text(404, "not found")
+        with self.lock:
+            self.installer_fetches += 1
+            failing = self.installer_fetches <= self.scenario.installer_failures
+        return _text(200, FAILING_INSTALLER if failing else FAKE_INSTALLER)
 
     def secret_answered(self, status: int) -> None:
         with self.lock:
@@ -266,7 +277,7 @@ class AwsWorld:
 
     def https(self, method: str, host: str, path: str, headers: Any, body: bytes):
         if host == INSTALLER_HOST:
-            return _installer(path)
+            return self.fakes.installer(path)
         target = headers.get("X-Amz-Target", "")
         if target != "secretsmanager.GetSecretValue":
             return _wsgi(self.moto, method, host, path, headers, body)
@@ -305,7 +316,7 @@ class GceWorld:
 
     def https(self, method: str, host: str, path: str, headers: Any, body: bytes):
         if host == INSTALLER_HOST:
-            return _installer(path)
+            return self.fakes.installer(path)
         if host != GCP_SECRETS_HOST:
             return _text(404, "unknown host")
         if headers.get("Authorization") != f"Bearer {GCE_TOKEN}":
@@ -318,12 +329,6 @@ class GceWorld:
         document = {"name": f"{self.scenario.secret_id}/versions/1", "payload": {"data": data}}
         self.fakes.secret_answered(200)
         return _text(200, json.dumps(document), "application/json")
-
-
-def _installer(path: str):
-    if not path.startswith("/k3s-io/k3s/") or not path.endswith("/install.sh"):
-        return _text(404, "not found")
-    return _text(200, FAKE_INSTALLER)
 
 
 def _wsgi(app, method: str, host: str, path: str, headers: Any, body: bytes):
@@ -504,6 +509,7 @@ def main(workdir: Path) -> None:
         "requests": fakes.log,
         "secret_reads": fakes.secret_reads,
         "secret_answers": fakes.secret_answers,
+        "installer_fetches": fakes.installer_fetches,
         "fakes": records,
     }
     (workdir / "outcome.json").write_text(json.dumps(outcome))

@@ -30,8 +30,8 @@ from tests.conftest import (
     upstream_yaml,
     user_data_files,
 )
-from tests.test_contracts import serious_findings, unknown_values
-from tools.engine import Recording, Secret, run_program
+from tests.test_contracts import operator_chart_values, serious_findings, unknown_values
+from tools.engine import Recording, Registration, Secret, run_program
 
 ASG = "aws:autoscaling/group:Group"
 INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
@@ -80,6 +80,15 @@ def test_admin_certificate_chains_to_the_client_ca_and_is_cluster_admin(aws_k3s)
     assert not admin.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
     key = serialization.load_pem_private_key(base64.b64decode(user["client-key-data"]), password=None)
     assert key.public_key().public_numbers() == admin.public_key().public_numbers()  # type: ignore[union-attr]
+
+
+def test_admin_certificate_is_renewed_by_an_up_in_its_last_60_days_and_cas_are_not(aws_k3s):
+    signed = {r.name: r.inputs for r in aws_k3s.by_type("tls:index/locallySignedCert:LocallySignedCert")}
+    admin = signed.pop("ml-control-plane-pki-admin-cert")
+    assert (admin["validityPeriodHours"], admin["earlyRenewalHours"]) == (365 * 24, 60 * 24)
+    assert len(signed) >= 4
+    for name, ca in signed.items():
+        assert "earlyRenewalHours" not in ca, name  # a renewed CA would cut every node off
 
 
 def test_every_ca_file_is_signed_by_the_root_and_its_key_matches(aws_k3s):
@@ -216,7 +225,9 @@ def test_servers_are_private_imdsv2_encrypted_with_stable_addresses(aws_k3s):
         assert "associatePublicIpAddress" not in inputs
         interface = aws_k3s.by_name(f"ml-server-{index}-eni")
         assert inputs["networkInterfaces"] == [{"networkInterfaceId": interface.id, "deviceIndex": 0}]
-        assert server.options["ignoreChanges"] == ["ami"]
+        # First-boot data: a change must not stop and start every server (upgrades go in place).
+        assert server.options["ignoreChanges"] == ["ami", "userData"]
+        assert inputs["metadataOptions"]["httpPutResponseHopLimit"] == 2
         files = user_data_files(inputs["userData"])
         config = yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])
         # The name the kubeconfig reaches the API by is in every server's certificate.
@@ -236,9 +247,48 @@ def test_load_balancer_forwards_6443_to_every_server(aws_k3s):
     assert (listener["port"], listener["protocol"]) == (6443, "TCP")
 
 
+def pool_groups(rec: Recording, pool: str) -> list[Registration]:
+    return sorted(
+        (r for r in rec.by_type(ASG) if r.name.startswith(f"ml-gpu-{pool}-asg-")), key=lambda r: r.name
+    )
+
+
+def test_each_pool_has_one_group_per_zone_with_its_limits_split_over_them(aws_k3s):
+    """One zone per group (the autoscaler models a group in one zone; AZ rebalancing kills busy nodes): the
+    example's l4 pool (max 4) over three zones, h100 (max 1) in one."""
+    subnets = [aws_k3s.by_name(f"ml-network-private-{i}").id for i in range(3)]
+    l4, h100 = pool_groups(aws_k3s, "l4"), pool_groups(aws_k3s, "h100")
+    assert [(g.inputs["vpcZoneIdentifiers"], g.inputs["maxSize"]) for g in l4] == [
+        ([subnets[0]], 2),
+        ([subnets[1]], 1),
+        ([subnets[2]], 1),
+    ]
+    assert [(g.inputs["vpcZoneIdentifiers"], g.inputs["maxSize"]) for g in h100] == [([subnets[0]], 1)]
+    for group in [*l4, *h100]:
+        assert group.inputs["suspendedProcesses"] == ["AZRebalance"]
+        assert group.inputs["minSize"] == 0
+    assert [g.inputs["capacityRebalance"] for g in l4] == [True] * 3
+
+
+@pytest.mark.parametrize(
+    ("min_nodes", "max_nodes", "zones", "expected"),
+    [
+        (0, 4, 3, [(0, 2), (0, 1), (0, 1)]),
+        (2, 3, 3, [(1, 1), (1, 1), (0, 1)]),
+        (1, 1, 3, [(1, 1)]),
+        (0, 6, 2, [(0, 3), (0, 3)]),
+    ],
+)
+def test_zone_limits_add_up_to_the_pools(min_nodes, max_nodes, zones, expected):
+    from providers.aws.k3s import zone_limits
+
+    limits = zone_limits(min_nodes, max_nodes, zones)
+    assert [(z.min_nodes, z.max_nodes) for z in limits] == expected
+    assert sum(z.max_nodes for z in limits) == max_nodes and sum(z.min_nodes for z in limits) == min_nodes
+
+
 def test_gpu_pools_are_asgs_from_zero_with_template_tags_matching_the_pool(aws_k3s):
-    groups = {r.name.removeprefix("ml-gpu-").removesuffix("-asg"): r for r in aws_k3s.by_type(ASG)}
-    assert set(groups) == {"l4", "h100"}
+    groups = {pool: pool_groups(aws_k3s, pool)[0] for pool in ("l4", "h100")}
     for pool, group in groups.items():
         assert int(group.inputs["minSize"]) == 0
         assert group.options["ignoreChanges"] == ["desiredCapacity"]
@@ -264,7 +314,7 @@ def test_agent_labels_in_user_data_match_the_template_tags(aws_k3s):
     for pool in ("l4", "h100"):
         script = user_data_files(agent_user_data(aws_k3s, pool))[cloudinit.BOOTSTRAP_FILE]
         node = node_drop_in(script)
-        tags = {t["key"]: t["value"] for t in aws_k3s.by_name(f"ml-gpu-{pool}-asg").inputs["tags"]}
+        tags = {t["key"]: t["value"] for t in pool_groups(aws_k3s, pool)[0].inputs["tags"]}
         prefix = "k8s.io/cluster-autoscaler/node-template/label/"
         templated = {key.removeprefix(prefix): value for key, value in tags.items() if key.startswith(prefix)}
         assert {f"{key}={value}" for key, value in templated.items()} <= set(node["node-label"])
@@ -272,7 +322,7 @@ def test_agent_labels_in_user_data_match_the_template_tags(aws_k3s):
         assert "node.kubernetes.io/instance-type=${INSTANCE_TYPE}" in node["node-label"]
 
 
-def test_launch_templates_ubuntu_imdsv2_hop_two_encrypted_gp3_spot_on_request(aws_k3s):
+def test_launch_templates_ubuntu_imdsv2_hop_one_encrypted_gp3_spot_on_request(aws_k3s):
     for pool, spot, disk in (("l4", True, 200), ("h100", False, 500)):
         template = aws_k3s.by_name(f"ml-gpu-{pool}-lt").inputs
         assert template["imageId"] == (
@@ -281,7 +331,8 @@ def test_launch_templates_ubuntu_imdsv2_hop_two_encrypted_gp3_spot_on_request(aw
         assert template["metadataOptions"] == {
             "httpEndpoint": "enabled",
             "httpTokens": "required",
-            "httpPutResponseHopLimit": 2,
+            # No pod on a GPU node reaches IMDS (the termination handler uses host networking).
+            "httpPutResponseHopLimit": 1,
         }
         (root,) = template["blockDeviceMappings"]
         assert root["ebs"]["encrypted"] == "true" and root["ebs"]["volumeType"] == "gp3"
@@ -324,7 +375,7 @@ def test_chart_values_exist_in_the_pinned_charts(aws_k3s):
         unknown_values(nth["values"], upstream_yaml("aws-node-termination-handler/0.27.6/values.yaml")) == []
     )
     operator = aws_k3s.by_name("ml-gpu-operator-release").inputs["values"]
-    assert unknown_values(operator, upstream_yaml("gpu-operator/v26.7.0/values.yaml")) == []
+    assert unknown_values(operator, operator_chart_values()) == []
     autoscaler = aws_k3s.by_name("ml-autoscaler-release").inputs["values"]
     assert unknown_values(autoscaler, upstream_yaml("cluster-autoscaler/9.59.0/values.yaml")) == []
 
@@ -488,7 +539,7 @@ def test_taints_without_a_value_render_as_key_and_effect(aws_k3s_config):
     script = user_data_files(agent_user_data(rec, "l4"))[cloudinit.BOOTSTRAP_FILE]
     node = node_drop_in(script)
     assert node["node-taint"] == ["nvidia.com/gpu=true:NoSchedule", "example.com/dedicated:NoExecute"]
-    tags = {t["key"]: t["value"] for t in rec.by_name("ml-gpu-l4-asg").inputs["tags"]}
+    tags = {t["key"]: t["value"] for t in pool_groups(rec, "l4")[0].inputs["tags"]}
     assert tags["k8s.io/cluster-autoscaler/node-template/taint/example.com/dedicated"] == ":NoExecute"
 
 

@@ -536,3 +536,59 @@ def test_the_ignored_value_check_finds_a_value_the_chart_never_reads(rendered, r
         release.recording,
     )
     assert ignored_values(renderer, probe) == ["gpuK8sUnread.x"]
+
+
+# --- k3s servers take only the add-ons that must run there ---------------------------------------------
+
+
+def tolerates(pod_spec: dict[str, Any], key: str, effect: str) -> bool:
+    return any(
+        t.get("operator") == "Exists" and t.get("key") in (None, key) and t.get("effect") in (None, effect)
+        for t in pod_spec.get("tolerations") or []
+    )
+
+
+@pytest.mark.parametrize("plan", ["aws_k3s", "gcp_k3s"])
+def test_every_add_on_that_runs_on_the_servers_tolerates_their_taint(rendered, plan):
+    """k3s servers are tainted CriticalAddonsOnly=true:NoExecute and GPU agents nvidia.com/gpu: a Deployment
+    or Job that tolerated neither could run nowhere."""
+    pods = [
+        (release.ref.chart, obj["metadata"]["name"], obj["spec"]["template"]["spec"])
+        for (p, _), release in rendered.items()
+        if p == plan
+        for obj in release.objects
+        if obj["kind"] in ("Deployment", "Job")
+    ]
+    assert len(pods) >= 4
+    assert [
+        (chart, name) for chart, name, spec in pods if not tolerates(spec, "CriticalAddonsOnly", "NoExecute")
+    ] == []
+
+
+def test_the_toleration_check_sees_a_pod_without_it():
+    assert not tolerates(
+        {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}, "CriticalAddonsOnly", "NoExecute"
+    )
+    assert tolerates({"tolerations": [{"operator": "Exists"}]}, "CriticalAddonsOnly", "NoExecute")
+
+
+def env_of(release: RenderedRelease, kind: str) -> dict[str, str]:
+    container = the(release.of_kind(kind))["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def test_spot_termination_handler_drains_on_interruption_and_rebalance(rendered):
+    env = env_of(rendered["aws_k3s", "aws-node-termination-handler"], "DaemonSet")
+    assert env["ENABLE_SPOT_INTERRUPTION_DRAINING"] == "true"
+    assert env["ENABLE_REBALANCE_DRAINING"] == "true"
+
+
+def test_ebs_node_plugin_reads_its_node_from_kubernetes_not_imds(rendered):
+    release = rendered["aws_k3s", "aws-ebs-csi-driver"]
+    (node,) = [o for o in release.of_kind("DaemonSet") if o["metadata"]["name"] == "ebs-csi-node"]
+    args = node["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--metadata-sources=kubernetes" in args
+
+
+def test_aws_k3s_autoscaler_balances_a_pools_zones(rendered):
+    assert container_flags(rendered["aws_k3s", "cluster-autoscaler"])["balance-similar-node-groups"] == "true"

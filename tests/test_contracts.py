@@ -91,9 +91,25 @@ def release_values(aws_eks, name: str) -> dict[str, Any]:
     return aws_eks.by_name(name).inputs["values"]
 
 
+def _merged(base: Any, override: Any) -> Any:
+    if isinstance(base, dict) and isinstance(override, dict):
+        return {**base, **{k: _merged(base.get(k), v) for k, v in override.items()}}
+    return override
+
+
+def operator_chart_values() -> dict[str, Any]:
+    """The operator chart's values as Helm sees them: its own values.yaml over the vendored NFD sub-chart's
+    defaults under `node-feature-discovery`."""
+    chart = upstream_yaml(f"gpu-operator/{GPU_OPERATOR_CHART_VERSION}/values.yaml")
+    subchart = upstream_yaml(
+        f"gpu-operator/{GPU_OPERATOR_CHART_VERSION}/charts/node-feature-discovery/values.yaml"
+    )
+    return {**chart, "node-feature-discovery": _merged(subchart, chart["node-feature-discovery"])}
+
+
 @pytest.mark.parametrize("stack", ["aws_eks", "mixed_sharing", "gcp_gke", "aws_k3s", "gcp_k3s"])
 def test_gpu_operator_values_exist_in_the_pinned_chart(request, stack):
-    chart = upstream_yaml(f"gpu-operator/{GPU_OPERATOR_CHART_VERSION}/values.yaml")
+    chart = operator_chart_values()
     assert (
         unknown_values(release_values(request.getfixturevalue(stack), "ml-gpu-operator-release"), chart) == []
     )

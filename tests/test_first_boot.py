@@ -297,6 +297,8 @@ def test_first_server_writes_its_pki_and_starts_k3s_server(cloud, aws_k3s, gcp_k
     assert mode(result.file("/var/lib/rancher/k3s/server/logs")) == 0o700
     config = yaml.safe_load(result.file(f"{CONFIG_DIR}/config.yaml").read_text())
     assert config["cluster-init"] is True and "server" not in config
+    # Servers take no workloads: they hold the cluster's keys.
+    assert config["node-taint"] == ["CriticalAddonsOnly=true:NoExecute"]
     assert "gpu-k8s.io/pool=system" in node_config(result)["node-label"]
     assert installer_call(result)["INSTALL_K3S_EXEC"] == "server"
     assert_kernel_settings_applied_before_k3s(result)
@@ -349,6 +351,14 @@ def test_secrets_manager_checks_the_nodes_signature_and_permission(credentials, 
         reads[0]
     )
     assert result.records["secret_answers"] == 0
+
+
+def test_a_failed_k3s_install_is_retried_within_the_bound(aws_k3s, tmp_path):
+    result = boot(aws_agent_scenario(aws_k3s, installer_failures=2), tmp_path)
+    assert result.exit_code == 0, result.console
+    assert result.records["installer_fetches"] == 3
+    assert "installing k3s v1.36.3+k3s1: attempt 2 of 60 failed" in result.console
+    assert installer_call(result)["INSTALL_K3S_EXEC"] == "agent"
 
 
 def test_an_agent_whose_server_never_answers_gives_up_without_installing(aws_k3s, tmp_path):

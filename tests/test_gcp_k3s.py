@@ -166,7 +166,7 @@ def test_servers_are_shielded_private_os_login_vms_on_reserved_addresses(gcp_k3s
         assert ipaddress.IPv4Address(interface["networkIp"]) in ipaddress.IPv4Network("10.40.0.0/20")
         assert inputs["serviceAccount"]["email"] == SERVERS_SA.removeprefix("serviceAccount:")
         assert inputs["bootDisk"]["initializeParams"]["image"].endswith("/family/ubuntu-2404-lts-amd64")
-        assert "bootDisk.initializeParams.image" in server.options["ignoreChanges"]
+        assert server.options["ignoreChanges"] == ["bootDisk.initializeParams.image", 'metadata["user-data"]']
 
 
 def test_no_ssh_anywhere(gcp_k3s):
@@ -474,6 +474,17 @@ def test_pd_csi_objects_pass_strict_schema_validation():
     for minor in SUPPORTED_KUBERNETES_MINORS:
         for manifest in pd_csi.pd_csi_manifests({"gpu-k8s.io/pool": "system"}):
             kubernetes_validate.validate(manifest, f"{minor}.0", strict=True)
+
+
+def test_pd_csi_controller_runs_on_the_tainted_servers(gcp_k3s):
+    (controller,) = [
+        r.inputs
+        for r in gcp_k3s.by_type("kubernetes:apps/v1:Deployment")
+        if r.inputs["metadata"]["name"] == "csi-gce-pd-controller"
+    ]
+    spec = controller["spec"]["template"]["spec"]
+    assert spec["nodeSelector"]["gpu-k8s.io/pool"] == "system"
+    assert {"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoExecute"} in spec["tolerations"]
 
 
 def test_pd_csi_is_upstreams_deployment_without_a_key_and_with_a_working_image():

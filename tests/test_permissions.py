@@ -66,7 +66,7 @@ def test_k3s_servers_run_the_autoscaler_with_the_same_scoped_policy(aws_k3s: Rec
 
 def test_k3s_groups_carry_the_tag_the_autoscaler_policy_is_scoped_to(aws_k3s: Recording):
     groups = aws_k3s.by_type("aws:autoscaling/group:Group")
-    assert len(groups) == 2
+    assert len(groups) == 4  # l4 in three zones, h100 in one
     for group in groups:
         tags = {t["key"]: t["value"] for t in group.inputs["tags"]}
         assert tags["k8s.io/cluster-autoscaler/ml"] == "owned"
@@ -102,12 +102,12 @@ def test_pd_csi_custom_role_is_upstreams_four_permissions(gcp_k3s: Recording):
     }
 
 
-def test_aws_nodes_require_imdsv2_with_hop_limit_two(
+def test_aws_nodes_require_imdsv2_with_the_intended_hop_limit(
     aws_eks: Recording, mixed_sharing: Recording, aws_k3s: Recording
 ):
-    """Every launch template and instance: IMDSv2 only, and a hop limit of 2 (pods without host networking
-    reach the metadata service; issue 14 narrows agents to 1)."""
-    expected = {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 2}
+    """Every launch template and instance: IMDSv2 only. Hop limit 2 where pods without host networking must
+    reach the metadata service (EKS nodes for now; k3s servers, where the EBS CSI controller and the
+    autoscaler use the instance role); 1 on k3s GPU agents, so their pods cannot."""
     counts = {}
     for recording in (aws_eks, mixed_sharing, aws_k3s):
         nodes = [
@@ -116,6 +116,24 @@ def test_aws_nodes_require_imdsv2_with_hop_limit_two(
         ]
         counts[recording.stack] = len(nodes)
         for node in nodes:
-            assert node.inputs["metadataOptions"] == expected, node.name
+            hops = 1 if recording.stack == "aws-k3s" and node.name.startswith("ml-gpu-") else 2
+            assert node.inputs["metadataOptions"] == {
+                "httpEndpoint": "enabled",
+                "httpTokens": "required",
+                "httpPutResponseHopLimit": hops,
+            }, node.name
     # EKS: a template per node group (four GPU pools, the system pool); aws-k3s: two GPU pools, three servers.
     assert counts == {"aws-eks": 5, "mixed": 5, "aws-k3s": 5}
+
+
+def test_k3s_agents_hold_no_storage_policy(aws_k3s: Recording):
+    """The EBS CSI controller runs on the servers: only their role may attach volumes."""
+    attached = {
+        (r.inputs["role"].rsplit("-", 1)[0], r.inputs["policyArn"].rsplit("/", 1)[1])
+        for r in aws_k3s.by_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    }
+    assert attached == {
+        ("ml-server-role", "AmazonSSMManagedInstanceCore"),
+        ("ml-server-role", "AmazonEBSCSIDriverPolicyV2"),
+        ("ml-agent-role", "AmazonSSMManagedInstanceCore"),
+    }

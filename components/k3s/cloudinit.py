@@ -18,6 +18,8 @@ from urllib.parse import quote
 
 import yaml
 
+from components.spec import TaintSpec
+
 CONFIG_DIR = "/etc/rancher/k3s"
 DATA_DIR = "/var/lib/rancher/k3s"
 SERVER_DIR = f"{DATA_DIR}/server"
@@ -34,6 +36,10 @@ NODE_FACTS_FILE = f"{LIB_DIR}/node-facts.sh"
 FETCH_FILE = f"{LIB_DIR}/fetch-secret.py"
 WRITE_SECRET_FILES_FILE = f"{LIB_DIR}/write-secret-files.py"
 WRITE_SECRET_FILES_SCRIPT = Path(__file__).parent / "files" / "write_secret_files.py"
+# Servers take no workloads: they hold the cluster's CA keys and, through their instance identity, the
+# bootstrap secret. k3s's packaged CoreDNS tolerates this taint (k3s manifests/coredns.yaml); the add-ons
+# gpu-k8s installs on servers are given the toleration (PlatformTraits.system_tolerations).
+SERVER_TAINT = TaintSpec(key="CriticalAddonsOnly", value="true", effect="NoExecute")
 # Kubelet settings that have no flag go in a drop-in of k3s's kubelet config directory (k3s docs,
 # "Kubelet configuration": the recommended way, k3s >= 1.32).
 KUBELET_CONFIG_DROP_IN = f"{DATA_DIR}/agent/etc/kubelet.conf.d/20-gpu-k8s.conf"
@@ -191,6 +197,7 @@ def server_config(node: ServerNode) -> dict[str, Any]:
             "service-account-extend-token-expiration=false",
         ],
         "kube-controller-manager-arg": ["terminated-pod-gc-threshold=100"],
+        "node-taint": [f"{SERVER_TAINT.key}={SERVER_TAINT.value}:{SERVER_TAINT.effect}"],
     }
     if node.join_url is not None:
         config["server"] = node.join_url
@@ -279,9 +286,12 @@ cat > {NODE_CONFIG} <<NODE_CONFIG
 {node_config}
 NODE_CONFIG
 {wait}
-log "installing k3s {k3s_version}"
-curl -sfL --retry 10 --retry-connrefused -o {INSTALL_FILE} {shlex.quote(install_url(k3s_version))}
-INSTALL_K3S_VERSION={shlex.quote(k3s_version)} INSTALL_K3S_EXEC={role} sh {INSTALL_FILE}
+# The install script downloads the binary itself, without retrying: the whole step is retried.
+install_k3s() {{
+  curl -sfL --retry 10 --retry-connrefused -o {INSTALL_FILE} {shlex.quote(install_url(k3s_version))} &&
+    INSTALL_K3S_VERSION={shlex.quote(k3s_version)} INSTALL_K3S_EXEC={role} sh {INSTALL_FILE}
+}}
+retry "installing k3s {k3s_version}" install_k3s
 log "k3s {role} started"
 """
 

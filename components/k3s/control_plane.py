@@ -11,7 +11,7 @@ import pulumi_tls as tls
 
 from components.cluster import GpuPool, PlatformTraits
 from components.compat import DriverFacts, operator_driver
-from components.k3s.cloudinit import API_PORT, agent_secret_payload, server_secret_payload
+from components.k3s.cloudinit import API_PORT, SERVER_TAINT, agent_secret_payload, server_secret_payload
 from components.k3s.pki import K3sPki
 from components.kubeconfig import client_certificate_kubeconfig
 from components.spec import ClusterSpec
@@ -27,6 +27,7 @@ def k3s_traits(spec: ClusterSpec, accelerator_label: str) -> PlatformTraits:
         toolkit_preinstalled=False,
         accelerator_label=accelerator_label,
         containerd_socket=CONTAINERD_SOCKET,
+        system_taint=SERVER_TAINT,
     )
 
 

@@ -24,6 +24,10 @@ KEY_ALGORITHM = "ECDSA"
 KEY_CURVE = "P256"
 CA_VALIDITY_HOURS = 10 * 365 * 24
 ADMIN_VALIDITY_HOURS = 365 * 24
+# Any `pulumi up` in the admin certificate's last 60 days replaces it (pulumi_tls early_renewal_hours), so a
+# stack applied at least every ten months never holds an expired kubeconfig. The old one stays valid until
+# it expires: certificates cannot be revoked.
+ADMIN_EARLY_RENEWAL_HOURS = 60 * 24
 CA_USES = ("cert_signing", "crl_signing", "digital_signature")
 CLIENT_USES = ("client_auth", "digital_signature", "key_encipherment")
 # The group Kubernetes maps to cluster-admin; k3s's own admin certificate carries it (deps.go genClientCerts).
@@ -191,6 +195,7 @@ class K3sPki(pulumi.ComponentResource):
             is_ca_certificate=is_ca,
             set_subject_key_id=is_ca,
             validity_period_hours=CA_VALIDITY_HOURS if is_ca else ADMIN_VALIDITY_HOURS,
+            early_renewal_hours=None if is_ca else ADMIN_EARLY_RENEWAL_HOURS,
             allowed_uses=list(CA_USES if is_ca else CLIENT_USES),
             opts=child,
         ).cert_pem

@@ -53,12 +53,16 @@ CAPACITY_LABEL = "gpu-k8s.io/capacity-type"
 UBUNTU_AMI_PARAMETER = "/aws/service/canonical/ubuntu/server/24.04/stable/current/{arch}/hvm/ebs-gp3/ami-id"
 UBUNTU_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 UBUNTU_ROOT_DEVICE = "/dev/sda1"
-# Session Manager instead of SSH; the EBS CSI driver uses the instance role (no EKS Pod Identity here),
-# limited by policy V2 to volumes tagged for the driver.
-NODE_POLICIES = (
-    f"{MANAGED}AmazonSSMManagedInstanceCore",
-    f"{MANAGED}service-role/AmazonEBSCSIDriverPolicyV2",
-)
+# Session Manager instead of SSH, on every node.
+NODE_POLICIES = (f"{MANAGED}AmazonSSMManagedInstanceCore",)
+# The EBS CSI controller runs on the servers with their instance role (no EKS Pod Identity here), limited by
+# policy V2 to volumes tagged for the driver; the agents' node plugin calls no AWS API.
+SERVER_POLICIES = (*NODE_POLICIES, f"{MANAGED}service-role/AmazonEBSCSIDriverPolicyV2")
+# Servers: hop limit 2, so the add-ons there that use the instance role without host networking (EBS CSI
+# controller, cluster-autoscaler) reach IMDS. Agents: 1, so no pod on a GPU node reaches IMDS (the
+# termination handler uses host networking; the EBS node plugin reads its node's facts from Kubernetes).
+SERVER_IMDS_HOP_LIMIT = 2
+AGENT_IMDS_HOP_LIMIT = 1
 EBS_CSI_CHART = "aws-ebs-csi-driver"
 EBS_CSI_CHART_VERSION = "2.64.0"
 EBS_CSI_REPO = "https://kubernetes-sigs.github.io/aws-ebs-csi-driver"
@@ -104,14 +108,41 @@ def asg_tags(cluster_name: str, pool: GpuPool, cluster_unneeded_time: str) -> di
     }
 
 
+@dataclass(frozen=True)
+class ZoneLimits:
+    min_nodes: int
+    max_nodes: int
+
+
+def zone_limits(min_nodes: int, max_nodes: int, zones: int) -> list[ZoneLimits]:
+    """A pool's limits split over its per-zone groups so that they add up to the pool's: as many zones as
+    the pool may have nodes, the remainder to the first ones (the autoscaler balances similar groups)."""
+    used = min(zones, max_nodes)
+
+    def share(total: int, index: int) -> int:
+        return total // used + (1 if index < total % used else 0)
+
+    return [ZoneLimits(share(min_nodes, index), share(max_nodes, index)) for index in range(used)]
+
+
 def ebs_csi_values(region: str) -> dict[str, object]:
-    """The controller runs on the servers and knows its region without asking instance metadata."""
-    return {"controller": {"region": region, "nodeSelector": {POOL_LABEL: SYSTEM_POOL_NAME}}}
+    """The controller runs on the servers and knows its region without asking instance metadata; the node
+    plugin takes its node's zone and instance type from the Node object (agents keep IMDS from pods)."""
+    return {
+        "controller": {"region": region, "nodeSelector": {POOL_LABEL: SYSTEM_POOL_NAME}},
+        "node": {"metadataSources": "kubernetes"},
+    }
 
 
 def termination_handler_values() -> dict[str, object]:
-    """IMDS mode on spot GPU nodes only: cordon and drain when EC2 announces an interruption."""
-    return {"daemonsetNodeSelector": {CAPACITY_LABEL: "spot"}, "enableSpotInterruptionDraining": True}
+    """IMDS mode on spot GPU nodes only: cordon and drain when EC2 announces an interruption, and on a
+    rebalance recommendation, when the group's capacity rebalancing starts a replacement (NTH values.yaml:
+    enableRebalanceDraining)."""
+    return {
+        "daemonsetNodeSelector": {CAPACITY_LABEL: "spot"},
+        "enableSpotInterruptionDraining": True,
+        "enableRebalanceDraining": True,
+    }
 
 
 @dataclass(frozen=True)
@@ -200,7 +231,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         server_role = role_with_policies(
             f"{name}-server",
             service_trust_policy("ec2.amazonaws.com"),
-            NODE_POLICIES,
+            SERVER_POLICIES,
             parent=self,
             inline_policy=cluster_autoscaler_policy(spec.name),
         )
@@ -430,7 +461,9 @@ class AwsK3sCluster(pulumi.ComponentResource):
                     aws.ec2.InstanceNetworkInterfaceArgs(network_interface_id=interface.id, device_index=0)
                 ],
                 metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
-                    http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
+                    http_endpoint="enabled",
+                    http_tokens="required",
+                    http_put_response_hop_limit=SERVER_IMDS_HOP_LIMIT,
                 ),
                 root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
                     volume_size=spec.system_pool.disk_size_gib,
@@ -439,8 +472,13 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 ),
                 user_data=user_data,
                 tags={"Name": f"{spec.name}-server-{index}"},
-                # A new Ubuntu release must not replace a running server; new servers take the current one.
-                opts=pulumi.ResourceOptions(parent=self, depends_on=list(boot_after), ignore_changes=["ami"]),
+                # A new Ubuntu release must not replace a running server. User data runs at first boot only,
+                # and EC2 applies a change by stopping and starting the instance: every server at once. New
+                # servers take the current image and data; running ones are upgraded in place
+                # (stacks/README.md, "Upgrading k3s").
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=list(boot_after), ignore_changes=["ami", "userData"]
+                ),
             )
             servers.append(Server(interface, instance))
         return servers
@@ -457,8 +495,12 @@ class AwsK3sCluster(pulumi.ComponentResource):
         server_url: pulumi.Output[str],
         cluster_unneeded_time: str,
         boot_after: Sequence[pulumi.Resource],
-    ) -> aws.autoscaling.Group:
-        """A launch template and an Auto Scaling group from zero to maxNodes for one GPU pool."""
+    ) -> list[aws.autoscaling.Group]:
+        """A launch template and one Auto Scaling group per zone for one GPU pool, its limits split over them.
+
+        One zone per group: the autoscaler models a group's nodes in one zone, so a pod bound to a volume in
+        another zone would never scale a multi-zone group up, and AZ rebalancing would terminate busy nodes.
+        """
         child = pulumi.ResourceOptions(parent=self)
         user_data = pulumi.Output.all(server_url, secret.arn).apply(
             lambda parts: base64.b64encode(
@@ -491,9 +533,10 @@ class AwsK3sCluster(pulumi.ComponentResource):
                     ),
                 )
             ],
-            # IMDSv2 only; hop limit 2 so pods without host networking (the EBS CSI controller) reach it.
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
+                http_endpoint="enabled",
+                http_tokens="required",
+                http_put_response_hop_limit=AGENT_IMDS_HOP_LIMIT,
             ),
             instance_market_options=(
                 aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="spot")
@@ -509,23 +552,31 @@ class AwsK3sCluster(pulumi.ComponentResource):
             ],
             opts=child,
         )
-        return aws.autoscaling.Group(
-            f"{name}-asg",
-            min_size=pool.spec.min_nodes,
-            max_size=pool.spec.max_nodes,
-            vpc_zone_identifiers=network.private_subnet_ids,
-            launch_template=aws.autoscaling.GroupLaunchTemplateArgs(id=template.id, version="$Latest"),
-            # Spot: replace a node at risk of interruption before it is taken.
-            capacity_rebalance=pool.spec.spot,
-            tags=[
-                aws.autoscaling.GroupTagArgs(key=key, value=value, propagate_at_launch=False)
-                for key, value in sorted(asg_tags(spec.name, pool, cluster_unneeded_time).items())
-            ],
-            # The autoscaler owns the size.
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=list(boot_after), ignore_changes=["desiredCapacity"]
-            ),
-        )
+        tags = [
+            aws.autoscaling.GroupTagArgs(key=key, value=value, propagate_at_launch=False)
+            for key, value in sorted(asg_tags(spec.name, pool, cluster_unneeded_time).items())
+        ]
+        return [
+            aws.autoscaling.Group(
+                f"{name}-asg-{zone_index}",
+                min_size=limits.min_nodes,
+                max_size=limits.max_nodes,
+                vpc_zone_identifiers=[network.private_subnet_ids[zone_index]],
+                launch_template=aws.autoscaling.GroupLaunchTemplateArgs(id=template.id, version="$Latest"),
+                # Spot: replace a node at risk of interruption before it is taken.
+                capacity_rebalance=pool.spec.spot,
+                # One zone per group: nothing to rebalance, and rebalancing terminates running nodes.
+                suspended_processes=["AZRebalance"],
+                tags=tags,
+                # The autoscaler owns the size.
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=list(boot_after), ignore_changes=["desiredCapacity"]
+                ),
+            )
+            for zone_index, limits in enumerate(
+                zone_limits(pool.spec.min_nodes, pool.spec.max_nodes, len(network.private_subnet_ids))
+            )
+        ]
 
 
 def build(spec: ClusterSpec) -> GpuCluster:
@@ -541,5 +592,10 @@ def build(spec: ClusterSpec) -> GpuCluster:
         AwsK3sClusterArgs(spec, region, traits, pools),
         opts=pulumi.ResourceOptions(providers=[provider]),
     ).handle
-    install_gpu_addons(spec, cluster, autoscaler_cloud_values(spec.name, region))
+    # A pool's per-zone groups are alike but for their zone: the autoscaler spreads scale-ups over them.
+    cloud_values = {
+        **autoscaler_cloud_values(spec.name, region),
+        "extraArgs": {"balance-similar-node-groups": True},
+    }
+    install_gpu_addons(spec, cluster, cloud_values)
     return cluster

@@ -219,7 +219,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
         k8s_provider = gated_kubernetes_provider(name, control_plane.kubeconfig, system_ready, self)
         pd_csi = PdCsiDriver(
             f"{name}-pd-csi",
-            pd_csi_manifests({POOL_LABEL: SYSTEM_POOL_NAME}),
+            pd_csi_manifests({POOL_LABEL: SYSTEM_POOL_NAME}, args.traits.system_tolerations),
             k8s_provider,
             [*system_ready, *pd_csi_access],
             opts=child,
@@ -375,10 +375,12 @@ class GcpK3sCluster(pulumi.ComponentResource):
                     metadata={"user-data": user_data, **NODE_ACCESS_METADATA},
                     allow_stopping_for_update=True,
                     # A newer Ubuntu image must not replace a running server; new ones take the current image.
+                    # User data runs at first boot only: a changed one would do nothing on a running server
+                    # and only show as a change (upgrades: stacks/README.md, "Upgrading k3s").
                     opts=pulumi.ResourceOptions(
                         parent=self,
                         depends_on=list(boot_after),
-                        ignore_changes=["bootDisk.initializeParams.image"],
+                        ignore_changes=["bootDisk.initializeParams.image", 'metadata["user-data"]'],
                     ),
                 )
             )

@@ -113,9 +113,11 @@ def _use_node_identity(controller: dict[str, Any]) -> None:
             del container["volumeMounts"]
 
 
-def pd_csi_manifests(controller_node_selector: Mapping[str, str]) -> list[dict[str, Any]]:
+def pd_csi_manifests(
+    controller_node_selector: Mapping[str, str], controller_tolerations: Sequence[Mapping[str, str]] = ()
+) -> list[dict[str, Any]]:
     """Every object of the driver, namespace first; the controller runs where `controller_node_selector`
-    matches (nodes whose service account holds the driver's roles)."""
+    matches (nodes whose service account holds the driver's roles), tolerating `controller_tolerations`."""
     overlay = KUSTOMIZE_DIR / "overlays" / "stable-master"
     kustomization = _kustomization(overlay)
     objects = [
@@ -148,6 +150,7 @@ def pd_csi_manifests(controller_node_selector: Mapping[str, str]) -> list[dict[s
     controller = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == CONTROLLER)
     _use_node_identity(controller)
     controller["spec"]["template"]["spec"]["nodeSelector"].update(controller_node_selector)
+    controller["spec"]["template"]["spec"]["tolerations"].extend(dict(t) for t in controller_tolerations)
     namespace_object = {
         "apiVersion": "v1",
         "kind": "Namespace",
