@@ -137,3 +137,51 @@ def test_k3s_agents_hold_no_storage_policy(aws_k3s: Recording):
         ("ml-server-role", "AmazonEBSCSIDriverPolicyV2"),
         ("ml-agent-role", "AmazonSSMManagedInstanceCore"),
     }
+
+
+def grants_by_role_arn(recording: Recording) -> dict[str, set[str]]:
+    """Role ARN (as the mock engine writes it) -> URNs of the attachments and inline policies of that role."""
+    roles = {r.urn: r for r in recording.by_type("aws:iam/role:Role")}
+    grants: dict[str, set[str]] = {}
+    for r in recording.registrations:
+        if r.parent in roles and r.type in (
+            "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+            "aws:iam/rolePolicy:RolePolicy",
+        ):
+            arn = f"arn:aws:iam::123456789012:role/{roles[r.parent].id}"
+            grants.setdefault(arn, set()).add(r.urn)
+    return grants
+
+
+def role_arns_used(inputs: dict) -> list[str]:
+    found = [inputs[k] for k in ("roleArn", "nodeRoleArn") if k in inputs]
+    found += [a["roleArn"] for a in inputs.get("podIdentityAssociations", [])]
+    return found
+
+
+def test_what_uses_an_eks_role_waits_for_its_permissions_and_goes_before_them(aws_eks: Recording):
+    """Created after the role's policies, destroyed before them: a cluster or node group whose policies go
+    first cannot remove its network interfaces, and the VPC then cannot be deleted."""
+    grants = grants_by_role_arn(aws_eks)
+    users = [r for r in aws_eks.registrations if role_arns_used(r.inputs)]
+    assert {r.type for r in users} == {
+        "aws:eks/cluster:Cluster",
+        "aws:eks/nodeGroup:NodeGroup",
+        "aws:eks/addon:Addon",
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation",
+    }
+    for user in users:
+        for arn in role_arns_used(user.inputs):
+            assert grants[arn] and grants[arn] <= set(user.dependencies), user.name
+
+
+def test_k3s_nodes_wait_for_their_roles_permissions(aws_k3s: Recording):
+    server_grants = {
+        r.urn for r in aws_k3s.registrations if r.parent == aws_k3s.by_name("ml-server-role").urn
+    }
+    agent_grants = {r.urn for r in aws_k3s.registrations if r.parent == aws_k3s.by_name("ml-agent-role").urn}
+    assert len(server_grants) == 4 and len(agent_grants) == 2  # attachments, autoscaler policy, secret read
+    for server in (aws_k3s.by_name(f"ml-server-{i}") for i in range(3)):
+        assert server_grants <= set(server.dependencies)
+    for group in aws_k3s.by_type("aws:autoscaling/group:Group"):
+        assert agent_grants <= set(group.dependencies)

@@ -54,7 +54,7 @@ def ebs_csi_driver(
         EBS_CSI_ADDON,
         cluster_name,
         parent,
-        depends_on,
+        [*depends_on, *role.grants],
         pod_identity_associations=[
             aws.eks.AddonPodIdentityAssociationArgs(
                 role_arn=role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT

@@ -64,6 +64,6 @@ class AutoscalerIdentity(pulumi.ComponentResource):
             namespace=AUTOSCALER_NAMESPACE,
             service_account=AUTOSCALER_SERVICE_ACCOUNT,
             role_arn=role.arn,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(role.grants)),
         )
         self.register_outputs({"roleArn": role.arn})

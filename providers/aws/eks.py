@@ -158,7 +158,7 @@ class EksCluster(pulumi.ComponentResource):
                 resources=["secrets"],
             ),
             enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group, *cluster_role.grants]),
         )
         admin_access = self._deployer_admin_access(name, cluster.name)
 
@@ -172,7 +172,7 @@ class EksCluster(pulumi.ComponentResource):
             kubernetes_version=spec.kubernetes_version,
             node_role_arn=node_role.arn,
             subnet_ids=network.private_subnet_ids,
-            depends_on=pre_node_addons,
+            depends_on=[*pre_node_addons, *node_role.grants],
             cluster_unneeded_time=cluster_scale_down_unneeded_time(pools),
         )
         system_nodes = system_node_group(f"{name}-system", spec.system_pool, ctx, parent=self)

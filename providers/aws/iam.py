@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -93,28 +94,52 @@ def cluster_autoscaler_policy(cluster_name: str) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class GrantedRole:
+    """A role and what grants its permissions (policy attachments, inline policies).
+
+    Whatever uses the role depends on `grants` too: created after its permissions exist, and destroyed
+    before they go (an EKS cluster or node group whose policies are detached first cannot clean up its
+    network interfaces and security groups, and the VPC cannot be deleted)."""
+
+    role: aws.iam.Role
+    grants: tuple[pulumi.Resource, ...]
+
+    @property
+    def arn(self) -> pulumi.Output[str]:
+        return self.role.arn
+
+    @property
+    def name(self) -> pulumi.Output[str]:
+        return self.role.name
+
+
 def role_with_policies(
     name: str,
     trust_policy: dict[str, Any],
     managed_policy_arns: Sequence[str],
     parent: pulumi.Resource,
     inline_policy: dict[str, Any] | None = None,
-) -> aws.iam.Role:
+) -> GrantedRole:
     """A role, its managed-policy attachments and optional inline policy, all children of `parent`."""
     child = pulumi.ResourceOptions(parent=parent)
     role = aws.iam.Role(f"{name}-role", assume_role_policy=json.dumps(trust_policy), opts=child)
-    for arn in managed_policy_arns:
+    grants: list[pulumi.Resource] = [
         aws.iam.RolePolicyAttachment(
             f"{name}-{arn.rsplit('/', 1)[-1]}",
             role=role.name,
             policy_arn=arn,
             opts=pulumi.ResourceOptions(parent=role),
         )
+        for arn in managed_policy_arns
+    ]
     if inline_policy is not None:
-        aws.iam.RolePolicy(
-            f"{name}-policy",
-            role=role.id,
-            policy=json.dumps(inline_policy),
-            opts=pulumi.ResourceOptions(parent=role),
+        grants.append(
+            aws.iam.RolePolicy(
+                f"{name}-policy",
+                role=role.id,
+                policy=json.dumps(inline_policy),
+                opts=pulumi.ResourceOptions(parent=role),
+            )
         )
-    return role
+    return GrantedRole(role, tuple(grants))

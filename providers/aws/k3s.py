@@ -37,6 +37,7 @@ from providers.aws import addons
 from providers.aws.autoscaling import ACCELERATOR_LABEL, autoscaler_cloud_values, scale_from_zero_tags
 from providers.aws.iam import (
     MANAGED,
+    GrantedRole,
     cluster_autoscaler_policy,
     role_with_policies,
     service_trust_policy,
@@ -250,7 +251,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
             server_role,
             server_secret,
             api_host,
-            boot_after=[server_secret_value, server_reads],
+            boot_after=[server_secret_value, server_reads, *server_role.grants],
         )
         first_server_url = pulumi.Output.format("https://{0}:{1}", servers[0].interface.private_ip, API_PORT)
         target_group = aws.lb.TargetGroup(
@@ -296,7 +297,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 agent_secret,
                 first_server_url,
                 unneeded,
-                boot_after=[agent_secret_value, agent_reads],
+                boot_after=[agent_secret_value, agent_reads, *agent_role.grants],
             )
 
         system_ready: list[pulumi.Resource] = [*(server.instance for server in servers), listener, *targets]
@@ -392,15 +393,15 @@ class AwsK3sCluster(pulumi.ComponentResource):
         return secret, value
 
     def _reads_secrets(
-        self, name: str, role: aws.iam.Role, secrets: list[aws.secretsmanager.Secret]
+        self, name: str, role: GrantedRole, secrets: list[aws.secretsmanager.Secret]
     ) -> aws.iam.RolePolicy:
         return aws.iam.RolePolicy(
             f"{name}-read-secrets",
-            role=role.id,
+            role=role.role.id,
             policy=pulumi.Output.all(*(s.arn for s in secrets)).apply(
                 lambda arns: json.dumps(read_secrets_policy(list(arns)))
             ),
-            opts=pulumi.ResourceOptions(parent=role),
+            opts=pulumi.ResourceOptions(parent=role.role),
         )
 
     def _servers(
@@ -409,7 +410,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         spec: ClusterSpec,
         network: Network,
         groups: SecurityGroups,
-        role: aws.iam.Role,
+        role: GrantedRole,
         secret: aws.secretsmanager.Secret,
         api_host: pulumi.Output[str],
         boot_after: Sequence[pulumi.Resource],
