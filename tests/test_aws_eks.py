@@ -47,6 +47,17 @@ def test_one_gpu_node_group_per_pool_with_nvidia_ami_taint_labels_and_min_zero(a
         assert group["labels"]["k8s.amazonaws.com/accelerator"] == model
 
 
+def test_gpu_node_groups_replace_nodes_one_at_a_time_without_a_surge_node(aws_eks):
+    """MINIMAL: terminate, then launch (EKS API reference: meant for GPUs); DEFAULT would first need a
+    second GPU instance of quota and capacity for every node it replaces."""
+    groups = gpu_node_groups(aws_eks)
+    assert len(groups) == 4
+    for group in groups.values():
+        assert group.inputs["updateConfig"] == {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
+    system = aws_eks.by_name("ml-system").inputs["updateConfig"]
+    assert system == {"maxUnavailable": 1, "updateStrategy": "DEFAULT"}
+
+
 def test_gpu_node_groups_ignore_the_autoscaled_desired_size(aws_eks):
     groups = gpu_node_groups(aws_eks)
     assert set(groups) == set(GPU_POOLS)

@@ -207,6 +207,7 @@ def test_eks_values_are_members_of_botocore_enums(aws_eks, eks_model):
     for group in aws_eks.by_type("aws:eks/nodeGroup:NodeGroup"):
         assert group.inputs["amiType"] in enum(eks_model, "AMITypes")
         assert group.inputs["capacityType"] in enum(eks_model, "CapacityTypes")
+        assert group.inputs["updateConfig"]["updateStrategy"] in enum(eks_model, "NodegroupUpdateStrategies")
         for taint in group.inputs.get("taints", []):
             assert taint["effect"] in enum(eks_model, "TaintEffect")
     cluster = aws_eks.by_type("aws:eks/cluster:Cluster")[0].inputs

@@ -128,6 +128,10 @@ class NodeShape:
     disk_size_gib: int
     labels: dict[str, str]
     taints: tuple[TaintSpec, ...] = ()
+    # DEFAULT launches the new node before terminating the old one; MINIMAL terminates first, "useful in
+    # scenarios where you are constrained to resources or costs (for example, with hardware accelerators
+    # such as GPUs)" (EKS API reference, NodegroupUpdateConfig.updateStrategy).
+    update_strategy: str = "DEFAULT"
 
 
 def _node_group(
@@ -157,7 +161,9 @@ def _node_group(
         ),
         labels=shape.labels,
         taints=eks_taints(shape.taints) or None,
-        update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+        update_config=aws.eks.NodeGroupUpdateConfigArgs(
+            max_unavailable=1, update_strategy=shape.update_strategy
+        ),
         opts=opts,
     )
 
@@ -199,6 +205,8 @@ class GpuNodePool(pulumi.ComponentResource):
             disk_size_gib=spec.disk_size_gib,
             labels=pool.node_labels,
             taints=pool.taints,
+            # An upgrade must not need a second p5.48xlarge (quota, capacity) for every one it replaces.
+            update_strategy="MINIMAL",
         )
         # Auto-named (`<name>-ng-<random>`): an instance type change replaces the group, and Pulumi can then
         # create the new group before deleting the old one, which a fixed name would forbid.
