@@ -346,6 +346,9 @@ def test_project_file_uses_only_schema_fields():
     keys, and `type` is one of string/integer/boolean/array."""
     project = yaml.safe_load((PROJECT_ROOT / "Pulumi.yaml").read_text())
     assert project["name"] == "gpu-k8s" and project["stackConfigDir"] == "stacks"
+    # Project option (ProjectOptions.refresh: "always" runs a refresh as part of every update, preview and
+    # destroy): sizes the autoscaler changed are read back before an update sends them.
+    assert project["options"] == {"refresh": "always"}
     for key, declaration in project["config"].items():
         assert set(declaration) <= {"type", "items", "description", "secret", "default", "value"}, key
         assert declaration.get("type", "string") in {"string", "integer", "boolean", "array"}, key
