@@ -195,6 +195,13 @@ class MaintenanceExclusionSpec(StrictModel):
     scope: Literal["NO_UPGRADES", "NO_MINOR_UPGRADES", "NO_MINOR_OR_NODE_UPGRADES"] = "NO_MINOR_UPGRADES"
 
 
+class EksSpec(StrictModel):
+    """Settings only EKS has."""
+
+    # EKS refuses to delete the cluster until this is false and applied.
+    deletion_protection: bool = True
+
+
 class GkeSpec(StrictModel):
     """Settings only GKE has."""
 
@@ -248,6 +255,7 @@ class ClusterSpec(StrictModel):
     system_pool: SystemPoolSpec
     gpu_pools: Annotated[tuple[GpuPoolSpec, ...], Field(min_length=1)]
     addon_versions: AddonVersions = AddonVersions()
+    eks: EksSpec = EksSpec()
     gke: GkeSpec = GkeSpec()
     k3s: K3sSpec = K3sSpec()
     # The newest CUDA release the workloads are built for ("12.8"); checked against each pool's driver.
@@ -732,7 +740,7 @@ def _semantic_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssu
         )
     if spec.cuda is not None:
         yield from filter(None, [cuda_version_issue(config_path("cuda"), spec.cuda)])
-    for section in ("gke", "k3s"):
+    for section in ("eks", "gke", "k3s"):
         if section in spec.model_fields_set and spec.kind != section:
             yield ConfigIssue(
                 config_path(section),

@@ -347,3 +347,45 @@ def test_nat_gateways_per_zone_or_shared(aws_eks_config, single, expected):
         assert {d for d in table.dependencies} & {n.urn for n in nats}
     # Subnet tiers never hand out public IPs.
     assert all(s.inputs["mapPublicIpOnLaunch"] is False for s in rec.by_type("aws:ec2/subnet:Subnet"))
+
+
+def test_addons_follow_the_clusters_version(aws_eks):
+    """Each add-on is pinned to the newest version EKS offers for kubernetesVersion (an upgrade moves it)."""
+    import re
+
+    addons = aws_eks.by_type("aws:eks/addon:Addon")
+    assert {a.inputs["addonName"] for a in addons} == {
+        "vpc-cni",
+        "kube-proxy",
+        "eks-pod-identity-agent",
+        "coredns",
+        "aws-ebs-csi-driver",
+    }
+    for addon in addons:
+        assert re.fullmatch(r"v\d+\.\d+\.\d+-eksbuild\.\d+", addon.inputs["addonVersion"]), addon.name
+
+
+def test_cluster_stays_on_standard_support_and_is_protected_from_deletion(aws_eks, aws_eks_config):
+    cluster = aws_eks.by_name("ml-eks").inputs
+    assert cluster["upgradePolicy"] == {"supportType": "STANDARD"}
+    assert cluster["deletionProtection"] is True
+    config = json.loads(json.dumps(aws_eks_config))
+    config["gpu-k8s:cluster"]["eks"] = {"deletionProtection": False}
+    from tools.engine import run_program
+
+    assert run_program("unprotected", config).by_name("ml-eks").inputs["deletionProtection"] is False
+
+
+def test_every_node_group_is_repaired_by_eks(aws_eks):
+    groups = aws_eks.by_type("aws:eks/nodeGroup:NodeGroup")
+    assert len(groups) == 5
+    for group in groups:
+        assert group.inputs["nodeRepairConfig"] == {"enabled": True}, group.name
+
+
+def test_new_vpc_sends_s3_traffic_through_a_gateway_endpoint(aws_eks):
+    (endpoint,) = aws_eks.by_type("aws:ec2/vpcEndpoint:VpcEndpoint")
+    assert endpoint.inputs["serviceName"] == "com.amazonaws.us-east-1.s3"
+    assert endpoint.inputs["vpcEndpointType"] == "Gateway"
+    private_tables = {r.id for r in aws_eks.by_type("aws:ec2/routeTable:RouteTable") if "private" in r.name}
+    assert len(private_tables) == 3 and set(endpoint.inputs["routeTableIds"]) == private_tables

@@ -208,9 +208,11 @@ def test_eks_values_are_members_of_botocore_enums(aws_eks, eks_model):
         assert group.inputs["amiType"] in enum(eks_model, "AMITypes")
         assert group.inputs["capacityType"] in enum(eks_model, "CapacityTypes")
         assert group.inputs["updateConfig"]["updateStrategy"] in enum(eks_model, "NodegroupUpdateStrategies")
+        assert set(group.inputs["nodeRepairConfig"]) <= set(eks_model.shape_for("NodeRepairConfig").members)
         for taint in group.inputs.get("taints", []):
             assert taint["effect"] in enum(eks_model, "TaintEffect")
     cluster = aws_eks.by_type("aws:eks/cluster:Cluster")[0].inputs
+    assert cluster["upgradePolicy"]["supportType"] in enum(eks_model, "SupportType")
     assert set(cluster["enabledClusterLogTypes"]) == enum(eks_model, "LogType")
     assert cluster["accessConfig"]["authenticationMode"] in enum(eks_model, "AuthenticationMode")
     for addon in aws_eks.by_type("aws:eks/addon:Addon"):

@@ -281,6 +281,23 @@ class RealisticMocks(pulumi_mocks.Mocks):
                 "value": f"ami-{_fake_hex(args.args['name'], 17)}",
                 "type": "String",
             }, []
+        if args.token == "aws:index/getRegion:getRegion":
+            return {
+                "region": self.region,
+                "name": self.region,
+                "id": self.region,
+                "endpoint": f"ec2.{self.region}.amazonaws.com",
+                "description": self.region,
+            }, []
+        if args.token == "aws:eks/getAddonVersion:getAddonVersion":
+            # Shaped like EKS's answer (vX.Y.Z-eksbuild.N); the numbers are derived, not real releases.
+            seed = f"{args.args['addonName']}/{args.args['kubernetesVersion']}"
+            minor, patch = (int(_fake_hex(seed, 2), 16) % 40, int(_fake_hex(seed[::-1], 1), 16))
+            return {
+                **args.args,
+                "version": f"v1.{minor}.{patch}-eksbuild.1",
+                "id": args.args["addonName"],
+            }, []
         if args.token == "gcp:organizations/getProject:getProject":
             project = args.args.get("projectId") or self.project
             return {"projectId": project, "number": "123456789012", "name": project, "id": project}, []

@@ -28,15 +28,24 @@ def addon(
     name: str,
     addon_name: str,
     cluster_name: pulumi.Input[str],
+    kubernetes_version: str,
     parent: pulumi.Resource,
     depends_on: Sequence[pulumi.Resource] = (),
     **kwargs,
 ) -> aws.eks.Addon:
-    """An EKS-managed add-on at the default version for the cluster's Kubernetes version."""
+    """An EKS-managed add-on at the newest version EKS offers for the cluster's Kubernetes version, so a
+    `kubernetesVersion` bump moves the add-ons with it (terraform-aws-eks resolves them the same way)."""
+    version = aws.eks.get_addon_version_output(
+        addon_name=addon_name,
+        kubernetes_version=kubernetes_version,
+        most_recent=True,
+        opts=pulumi.InvokeOutputOptions(parent=parent),
+    ).version
     return aws.eks.Addon(
         f"{name}-{addon_name}",
         cluster_name=cluster_name,
         addon_name=addon_name,
+        addon_version=version,
         resolve_conflicts_on_create="OVERWRITE",
         resolve_conflicts_on_update="OVERWRITE",
         opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
@@ -45,7 +54,11 @@ def addon(
 
 
 def ebs_csi_driver(
-    name: str, cluster_name: pulumi.Input[str], parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource]
+    name: str,
+    cluster_name: pulumi.Input[str],
+    kubernetes_version: str,
+    parent: pulumi.Resource,
+    depends_on: Sequence[pulumi.Resource],
 ) -> aws.eks.Addon:
     """The EBS CSI add-on; its controller gets AWS credentials through Pod Identity, not the node role."""
     role = role_with_policies(f"{name}-ebs-csi", pod_identity_trust_policy(), EBS_CSI_POLICIES, parent=parent)
@@ -53,6 +66,7 @@ def ebs_csi_driver(
         name,
         EBS_CSI_ADDON,
         cluster_name,
+        kubernetes_version,
         parent,
         [*depends_on, *role.grants],
         pod_identity_associations=[

@@ -158,12 +158,17 @@ class EksCluster(pulumi.ComponentResource):
                 resources=["secrets"],
             ),
             enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
+            # Standard support only: a minor past it is upgraded by AWS instead of running on (and billing)
+            # extended support unnoticed (EKS UpgradePolicyRequest.supportType).
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type="STANDARD"),
+            deletion_protection=spec.eks.deletion_protection,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group, *cluster_role.grants]),
         )
         admin_access = self._deployer_admin_access(name, cluster.name)
 
         pools = resolve_pools(spec, args.catalog, EKS_TRAITS)
-        pre_node_addons = [addons.addon(name, a, cluster.name, self) for a in addons.PRE_NODE_ADDONS]
+        version = spec.kubernetes_version
+        pre_node_addons = [addons.addon(name, a, cluster.name, version, self) for a in addons.PRE_NODE_ADDONS]
         node_role = role_with_policies(
             f"{name}-node", service_trust_policy("ec2.amazonaws.com"), EKS_NODE_POLICIES, parent=self
         )
@@ -176,8 +181,10 @@ class EksCluster(pulumi.ComponentResource):
             cluster_unneeded_time=cluster_scale_down_unneeded_time(pools),
         )
         system_nodes = system_node_group(f"{name}-system", spec.system_pool, ctx, parent=self)
-        coredns = addons.addon(name, "coredns", cluster.name, self, depends_on=[system_nodes])
-        ebs_csi = addons.ebs_csi_driver(name, cluster.name, self, depends_on=[system_nodes, *pre_node_addons])
+        coredns = addons.addon(name, "coredns", cluster.name, version, self, depends_on=[system_nodes])
+        ebs_csi = addons.ebs_csi_driver(
+            name, cluster.name, version, self, depends_on=[system_nodes, *pre_node_addons]
+        )
 
         for pool in pools:
             GpuNodePool(pool_child_name(name, pool.spec.name), pool, ctx, opts=child)

@@ -93,6 +93,7 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
         self.private_subnet_ids, self.public_subnet_ids = [], []
+        private_route_tables: list[aws.ec2.RouteTable] = []
         nat: aws.ec2.NatGateway | None = None
         for plan in subnet_plan(spec.cidr, spec.availability_zones):
             zone = zones.names.apply(functools.partial(_nth, plan.zone_index))
@@ -123,6 +124,19 @@ class Network(pulumi.ComponentResource):
             )
             self.private_subnet_ids.append(private.id)
             self.public_subnet_ids.append(public.id)
+            private_route_tables.append(private_routes)
+        # Image layers and S3 data go to S3 directly (a gateway endpoint is free) instead of through the NAT
+        # gateways, which bill per GB: a GPU node pulls multi-GB CUDA images on every scale-up.
+        region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self)).region
+        aws.ec2.VpcEndpoint(
+            f"{name}-s3",
+            vpc_id=vpc.id,
+            service_name=pulumi.Output.concat("com.amazonaws.", region, ".s3"),
+            vpc_endpoint_type="Gateway",
+            route_table_ids=[table.id for table in private_route_tables],
+            tags={"Name": f"{cluster_name}-s3"},
+            opts=child,
+        )
         self.vpc_id = vpc.id
         self.register_outputs({"vpcId": self.vpc_id, "privateSubnetIds": self.private_subnet_ids})
 

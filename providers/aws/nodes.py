@@ -164,6 +164,8 @@ def _node_group(
         update_config=aws.eks.NodeGroupUpdateConfigArgs(
             max_unavailable=1, update_strategy=shape.update_strategy
         ),
+        # EKS replaces a node that stays unhealthy (NotReady, or faults the node monitoring agent reports).
+        node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
         opts=opts,
     )
 
