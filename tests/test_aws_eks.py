@@ -106,7 +106,9 @@ def test_asg_template_tags_match_the_pool_spec(aws_eks, pool):
     resources = {
         k.removeprefix(f"{TEMPLATE_PREFIX}/resources/"): v for k, v in tags.items() if "/resources/" in k
     }
-    assert resources == {"nvidia.com/gpu": str(GPU_SLOTS_PER_NODE[pool])}
+    # The root volume a node brings: a pod asking for ephemeral storage can scale a group up from zero.
+    disk = GPU_POOLS[pool][3]
+    assert resources == {"nvidia.com/gpu": str(GPU_SLOTS_PER_NODE[pool]), "ephemeral-storage": f"{disk}Gi"}
     # Every pool uses the default idle time, which the autoscaler gets as its cluster-wide flag.
     assert not [key for key in tags if "autoscaling-options" in key]
 

@@ -422,11 +422,13 @@ def test_nodes_carry_their_device_plugin_and_mig_config_labels(mixed_sharing):
 
 def test_scale_from_zero_templates_advertise_what_a_new_node_offers(mixed_sharing):
     def resources(pool: str) -> dict[str, str]:
-        return {
+        found = {
             k.removeprefix("resources/"): v
             for k, v in _template(mixed_sharing, pool).items()
             if k.startswith("resources/")
         }
+        assert found.pop("ephemeral-storage") == "200Gi"  # the pools' default root volume
+        return found
 
     # 8 GPUs per node each; mixed strategy (the cluster has multi-profile layouts): one resource per profile.
     assert resources("h100") == {"nvidia.com/mig-1g.10gb": "24", "nvidia.com/mig-4g.40gb": "8"}

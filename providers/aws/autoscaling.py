@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
-from components.autoscaler import AUTOSCALER_NAMESPACE, AUTOSCALER_SERVICE_ACCOUNT, NodeTemplate
+from components.autoscaler import (
+    AUTOSCALER_NAMESPACE,
+    AUTOSCALER_SERVICE_ACCOUNT,
+    NodeTemplate,
+    node_template,
+)
+from components.cluster import GpuPool
 from providers.aws.iam import cluster_autoscaler_policy, pod_identity_trust_policy, role_with_policies
 
 TEMPLATE_PREFIX = "k8s.io/cluster-autoscaler/node-template"
@@ -31,6 +38,15 @@ def scale_from_zero_tags(template: NodeTemplate) -> dict[str, str]:
             template.scale_down_unneeded_time
         )
     return tags
+
+
+def aws_node_template(pool: GpuPool, cluster_unneeded_time: str) -> NodeTemplate:
+    """The pool's template plus the ephemeral storage a node brings (its root volume), which the AWS
+    provider cannot know for a group at zero (cloudprovider/aws/README.md: node-template resources); a pod
+    asking for ephemeral-storage would otherwise never scale the pool up."""
+    template = node_template(pool, cluster_unneeded_time)
+    resources = {**template.resources, "ephemeral-storage": f"{pool.spec.disk_size_gib}Gi"}
+    return dataclasses.replace(template, resources=resources)
 
 
 def autoscaler_cloud_values(cluster_name: str, region: str) -> dict[str, Any]:

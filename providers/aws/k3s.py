@@ -21,7 +21,6 @@ from components.autoscaler import (
     SYSTEM_POOL_NAME,
     cluster_scale_down_unneeded_time,
     install_gpu_addons,
-    node_template,
 )
 from components.catalog import load_catalog
 from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
@@ -34,7 +33,12 @@ from components.k3s.readiness import gated_kubernetes_provider
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class
 from providers.aws import addons
-from providers.aws.autoscaling import ACCELERATOR_LABEL, autoscaler_cloud_values, scale_from_zero_tags
+from providers.aws.autoscaling import (
+    ACCELERATOR_LABEL,
+    autoscaler_cloud_values,
+    aws_node_template,
+    scale_from_zero_tags,
+)
 from providers.aws.iam import (
     MANAGED,
     GrantedRole,
@@ -101,7 +105,7 @@ def agent_labels(pool: GpuPool) -> dict[str, str]:
 def asg_tags(cluster_name: str, pool: GpuPool, cluster_unneeded_time: str) -> dict[str, str]:
     """Auto-discovery tags (the autoscaler's policy may write only to groups tagged `owned`) and the pool's
     scale-from-zero template."""
-    template = dataclasses.replace(node_template(pool, cluster_unneeded_time), labels=agent_labels(pool))
+    template = dataclasses.replace(aws_node_template(pool, cluster_unneeded_time), labels=agent_labels(pool))
     return {
         AUTO_DISCOVERY_TAG: "true",
         f"k8s.io/cluster-autoscaler/{cluster_name}": "owned",

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components.autoscaler import SYSTEM_POOL_NAME, node_template
+from components.autoscaler import SYSTEM_POOL_NAME
 from components.catalog import MachineType
 from components.cluster import POOL_LABEL, GpuPool
 from components.spec import TAINT_EFFECT_API_NAMES, SystemPoolSpec, TaintSpec
-from providers.aws.autoscaling import scale_from_zero_tags
+from providers.aws.autoscaling import aws_node_template, scale_from_zero_tags
 
 # Families the EKS-optimized AL2023 NVIDIA AMIs cover (EKS user guide, ml-eks-optimized-ami; REFERENCE 3.1).
 # g7 is missing on purpose: it needs driver >= 595 and the AMIs ship the 580 branch.
@@ -216,7 +216,7 @@ class GpuNodePool(pulumi.ComponentResource):
             name, node_group_resource_name(name), shape, ctx, self, node_group_options(self, ctx.depends_on)
         )
         self.autoscaling_group_name = self.node_group.resources.apply(_autoscaling_group_name)
-        tags = scale_from_zero_tags(node_template(pool, ctx.cluster_unneeded_time))
+        tags = scale_from_zero_tags(aws_node_template(pool, ctx.cluster_unneeded_time))
         for key, suffix in tag_resource_suffixes(tags).items():
             aws.autoscaling.Tag(
                 f"{name}-tag-{suffix}",
