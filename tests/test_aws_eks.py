@@ -24,35 +24,64 @@ GPU_POOLS = {
 GPU_SLOTS_PER_NODE = {"l40s": 1, "a10g-shared": 4, "l4-mps": 16, "h100": 56}
 
 
+def zone_node_groups(rec: Recording) -> dict[str, list[Registration]]:
+    """pool -> its node groups, one per zone, in zone order."""
+    groups: dict[str, list[Registration]] = {}
+    for r in sorted(rec.by_type(NODE_GROUP), key=lambda r: r.name):
+        if r.inputs["labels"]["gpu-k8s.io/pool"] != "system":
+            groups.setdefault(r.inputs["labels"]["gpu-k8s.io/pool"], []).append(r)
+    return groups
+
+
 def gpu_node_groups(rec: Recording) -> dict[str, Registration]:
-    return {
-        r.inputs["labels"]["gpu-k8s.io/pool"]: r
-        for r in rec.by_type(NODE_GROUP)
-        if r.inputs["labels"]["gpu-k8s.io/pool"] != "system"
-    }
+    """pool -> its first zone's node group (the groups of a pool differ only in zone and limits)."""
+    return {pool: groups[0] for pool, groups in zone_node_groups(rec).items()}
 
 
 def test_one_gpu_node_group_per_pool_with_nvidia_ami_taint_labels_and_min_zero(aws_eks):
     groups = gpu_node_groups(aws_eks)
     assert set(groups) == set(GPU_POOLS)
     catalog = load_catalog()
-    for pool, (instance_type, spot, max_nodes, _) in GPU_POOLS.items():
+    for pool, (instance_type, spot, _, _) in GPU_POOLS.items():
         group = groups[pool].inputs
         model = catalog.machine_type("aws", instance_type).gpu_model.id
         assert group["amiType"] == "AL2023_x86_64_NVIDIA"
         assert group["instanceTypes"] == [instance_type]
         assert group["capacityType"] == ("SPOT" if spot else "ON_DEMAND")
-        assert group["scalingConfig"] == {"minSize": 0, "maxSize": max_nodes, "desiredSize": 0}
+        assert group["scalingConfig"]["minSize"] == 0 and group["scalingConfig"]["desiredSize"] == 0
         assert group["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
         assert group["labels"]["k8s.amazonaws.com/accelerator"] == model
+
+
+def test_each_pool_has_one_node_group_per_zone_with_its_limits_split_over_them(aws_eks):
+    """One zone per group (the autoscaler models a group in its first zone; a pod bound to a zonal volume
+    elsewhere would never scale a multi-zone group up); the zones' maxima add up to the pool's."""
+    subnets = [aws_eks.by_name(f"ml-network-private-{i}").id for i in range(3)]
+    layout = {
+        pool: [(g.inputs["subnetIds"], g.inputs["scalingConfig"]["maxSize"]) for g in groups]
+        for pool, groups in zone_node_groups(aws_eks).items()
+    }
+    assert layout == {
+        "l40s": [([subnets[0]], 2), ([subnets[1]], 1), ([subnets[2]], 1)],
+        "a10g-shared": [([subnets[0]], 2), ([subnets[1]], 1), ([subnets[2]], 1)],
+        "l4-mps": [([subnets[0]], 1), ([subnets[1]], 1)],
+        "h100": [([subnets[0]], 1), ([subnets[1]], 1)],
+    }
+    for pool, groups in zone_node_groups(aws_eks).items():
+        assert sum(g.inputs["scalingConfig"]["maxSize"] for g in groups) == GPU_POOLS[pool][2]
+        # One launch template per pool, shared by its zones' groups.
+        assert len({g.inputs["launchTemplate"]["id"] for g in groups}) == 1
+        # Every zone's group carries the pool's scale-from-zero tags.
+        for group in groups:
+            assert [t for t in aws_eks.by_type("aws:autoscaling/tag:Tag") if group.urn in t.dependencies]
 
 
 def test_gpu_node_groups_replace_nodes_one_at_a_time_without_a_surge_node(aws_eks):
     """MINIMAL: terminate, then launch (EKS API reference: meant for GPUs); DEFAULT would first need a
     second GPU instance of quota and capacity for every node it replaces."""
-    groups = gpu_node_groups(aws_eks)
-    assert len(groups) == 4
-    for group in groups.values():
+    groups = [g for zones in zone_node_groups(aws_eks).values() for g in zones]
+    assert len(groups) == 10
+    for group in groups:
         assert group.inputs["updateConfig"] == {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
     system = aws_eks.by_name("ml-system").inputs["updateConfig"]
     assert system == {"maxUnavailable": 1, "updateStrategy": "DEFAULT"}
@@ -380,7 +409,7 @@ def test_cluster_stays_on_standard_support_and_is_protected_from_deletion(aws_ek
 
 def test_every_node_group_is_repaired_by_eks(aws_eks):
     groups = aws_eks.by_type("aws:eks/nodeGroup:NodeGroup")
-    assert len(groups) == 5
+    assert len(groups) == 1 + 3 + 3 + 2 + 2  # the system group, then each GPU pool's zones
     for group in groups:
         assert group.inputs["nodeRepairConfig"] == {"enabled": True}, group.name
 

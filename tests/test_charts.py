@@ -590,5 +590,7 @@ def test_ebs_node_plugin_reads_its_node_from_kubernetes_not_imds(rendered):
     assert "--metadata-sources=kubernetes" in args
 
 
-def test_aws_k3s_autoscaler_balances_a_pools_zones(rendered):
-    assert container_flags(rendered["aws_k3s", "cluster-autoscaler"])["balance-similar-node-groups"] == "true"
+@pytest.mark.parametrize("plan", ["aws_eks", "aws_k3s"])
+def test_aws_autoscaler_balances_a_pools_zones(rendered, plan):
+    """Every AWS pool is one group per zone: the autoscaler spreads scale-ups over the alike groups."""
+    assert container_flags(rendered[plan, "cluster-autoscaler"])["balance-similar-node-groups"] == "true"

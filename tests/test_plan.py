@@ -75,7 +75,7 @@ def test_secrets_never_reach_the_plan(aws_eks):
 def test_text_plan_shows_tree_dependencies_and_pool_summary(aws_eks):
     text = render_text(aws_eks)
     assert "gpu-k8s:aws:EksCluster  ml" in text
-    assert "ml-gpu-h100-ng -> " in text
+    assert "ml-gpu-h100-ng-0 -> " in text
     assert "ignoreChanges=scalingConfig.desiredSize" in text
     rows = [re.split(r"\s{2,}", line.strip()) for line in text.split("GPU pools")[1].splitlines()[2:6]]
     assert [row[0] for row in rows] == ["l40s", "a10g-shared", "l4-mps", "h100"]

@@ -253,7 +253,7 @@ def test_a_pool_cuda_override_keeps_an_old_gpu_on_cuda_12(aws_eks_config):
     config["gpu-k8s:cluster"]["gpuPools"][0] |= {"instanceType": "p3.2xlarge", "cuda": "12.8"}
     # The platform check runs in the provider, so the override is proven by the whole program.
     recording = run_program("cuda-override", config)
-    assert recording.by_name("ml-gpu-l40s-ng").inputs["instanceTypes"] == ["p3.2xlarge"]
+    assert recording.by_name("ml-gpu-l40s-ng-0").inputs["instanceTypes"] == ["p3.2xlarge"]
 
 
 def test_cuda_newer_than_the_eks_driver_runs_with_a_warning(aws_eks_config):
@@ -398,11 +398,11 @@ def test_every_builtin_single_profile_layout_fills_at_most_one_gpu():
 
 
 def _node_group(rec: Recording, pool: str) -> dict[str, Any]:
-    return rec.by_name(f"ml-gpu-{pool}-ng").inputs
+    return rec.by_name(f"ml-gpu-{pool}-ng-0").inputs
 
 
 def _template(rec: Recording, pool: str) -> dict[str, str]:
-    group = rec.by_name(f"ml-gpu-{pool}-ng")
+    group = rec.by_name(f"ml-gpu-{pool}-ng-0")
     tags = [r for r in rec.by_type("aws:autoscaling/tag:Tag") if group.urn in r.dependencies]
     return {
         t.inputs["tag"]["key"].removeprefix(f"{TEMPLATE_PREFIX}/"): t.inputs["tag"]["value"] for t in tags

@@ -188,7 +188,7 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "node-group-name-too-long",
         lambda c: (set_path("name", "c" * 32)(c), set_path("gpuPools.0.name", "p" * 40)(c)),
         "gpuPools[0].name",
-        ("longer than 63", "at most 15"),
+        ("longer than 63", "at most 13"),
     ),
     (
         "system-pool-size",

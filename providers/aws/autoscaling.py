@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -49,9 +50,32 @@ def aws_node_template(pool: GpuPool, cluster_unneeded_time: str) -> NodeTemplate
     return dataclasses.replace(template, resources=resources)
 
 
+@dataclass(frozen=True)
+class ZoneLimits:
+    min_nodes: int
+    max_nodes: int
+
+
+def zone_limits(min_nodes: int, max_nodes: int, zones: int) -> list[ZoneLimits]:
+    """A pool's limits split over its per-zone groups so that they add up to the pool's: as many zones as
+    the pool may have nodes, the remainder to the first ones (the autoscaler balances similar groups)."""
+    used = min(zones, max_nodes)
+
+    def share(total: int, index: int) -> int:
+        return total // used + (1 if index < total % used else 0)
+
+    return [ZoneLimits(share(min_nodes, index), share(max_nodes, index)) for index in range(used)]
+
+
 def autoscaler_cloud_values(cluster_name: str, region: str) -> dict[str, Any]:
-    """Chart values for the AWS provider with ASG auto-discovery of this cluster's groups."""
-    return {"cloudProvider": "aws", "awsRegion": region, "autoDiscovery": {"clusterName": cluster_name}}
+    """Chart values for the AWS provider with ASG auto-discovery of this cluster's groups. A pool's per-zone
+    groups are alike but for their zone: the autoscaler spreads scale-ups over them."""
+    return {
+        "cloudProvider": "aws",
+        "awsRegion": region,
+        "autoDiscovery": {"clusterName": cluster_name},
+        "extraArgs": {"balance-similar-node-groups": True},
+    }
 
 
 class AutoscalerIdentity(pulumi.ComponentResource):

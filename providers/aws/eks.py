@@ -55,7 +55,9 @@ def eks_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
     """What the generic validation cannot know: EKS's node group name limit and which GPU types the
     EKS NVIDIA AMIs cover."""
     for index, pool in enumerate(spec.gpu_pools):
-        node_group_name = node_group_resource_name(pool_child_name(spec.name, pool.name))
+        net = spec.network
+        zones = net.availability_zones if net.creates_vpc else len(net.private_subnet_ids)
+        node_group_name = node_group_resource_name(pool_child_name(spec.name, pool.name), zones - 1)
         if len(node_group_name) + AUTONAME_SUFFIX > MAX_NODE_GROUP_NAME:
             room = MAX_NODE_GROUP_NAME - AUTONAME_SUFFIX - len(node_group_name) + len(pool.name)
             yield ConfigIssue(

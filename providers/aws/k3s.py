@@ -38,6 +38,7 @@ from providers.aws.autoscaling import (
     autoscaler_cloud_values,
     aws_node_template,
     scale_from_zero_tags,
+    zone_limits,
 )
 from providers.aws.iam import (
     MANAGED,
@@ -111,23 +112,6 @@ def asg_tags(cluster_name: str, pool: GpuPool, cluster_unneeded_time: str) -> di
         f"k8s.io/cluster-autoscaler/{cluster_name}": "owned",
         **scale_from_zero_tags(template),
     }
-
-
-@dataclass(frozen=True)
-class ZoneLimits:
-    min_nodes: int
-    max_nodes: int
-
-
-def zone_limits(min_nodes: int, max_nodes: int, zones: int) -> list[ZoneLimits]:
-    """A pool's limits split over its per-zone groups so that they add up to the pool's: as many zones as
-    the pool may have nodes, the remainder to the first ones (the autoscaler balances similar groups)."""
-    used = min(zones, max_nodes)
-
-    def share(total: int, index: int) -> int:
-        return total // used + (1 if index < total % used else 0)
-
-    return [ZoneLimits(share(min_nodes, index), share(max_nodes, index)) for index in range(used)]
 
 
 def ebs_csi_values(region: str) -> dict[str, object]:
@@ -597,10 +581,5 @@ def build(spec: ClusterSpec) -> GpuCluster:
         AwsK3sClusterArgs(spec, region, traits, pools),
         opts=pulumi.ResourceOptions(providers=[provider]),
     ).handle
-    # A pool's per-zone groups are alike but for their zone: the autoscaler spreads scale-ups over them.
-    cloud_values = {
-        **autoscaler_cloud_values(spec.name, region),
-        "extraArgs": {"balance-similar-node-groups": True},
-    }
-    install_gpu_addons(spec, cluster, cloud_values)
+    install_gpu_addons(spec, cluster, autoscaler_cloud_values(spec.name, region))
     return cluster

@@ -14,7 +14,7 @@ from components.autoscaler import SYSTEM_POOL_NAME
 from components.catalog import MachineType
 from components.cluster import POOL_LABEL, GpuPool
 from components.spec import TAINT_EFFECT_API_NAMES, SystemPoolSpec, TaintSpec
-from providers.aws.autoscaling import aws_node_template, scale_from_zero_tags
+from providers.aws.autoscaling import aws_node_template, scale_from_zero_tags, zone_limits
 
 # Families the EKS-optimized AL2023 NVIDIA AMIs cover (EKS user guide, ml-eks-optimized-ami; REFERENCE 3.1).
 # g7 is missing on purpose: it needs driver >= 595 and the AMIs ship the 580 branch.
@@ -135,21 +135,21 @@ class NodeShape:
 
 
 def _node_group(
-    base_name: str,
     resource_name: str,
     shape: NodeShape,
+    template: aws.ec2.LaunchTemplate,
+    subnet_ids: Sequence[pulumi.Input[str]],
     ctx: NodeGroupContext,
-    parent: pulumi.Resource,
     opts: pulumi.ResourceOptions,
 ) -> aws.eks.NodeGroup:
-    """A managed node group and its launch template (encrypted gp3 root, IMDSv2), one at a time on updates."""
-    template = _launch_template(base_name, shape.disk_size_gib, parent)
+    """A managed node group from a launch template (encrypted gp3 root, IMDSv2), one node at a time on
+    updates."""
     return aws.eks.NodeGroup(
         resource_name,
         cluster_name=ctx.cluster_name,
         version=ctx.kubernetes_version,
         node_role_arn=ctx.node_role_arn,
-        subnet_ids=list(ctx.subnet_ids),
+        subnet_ids=list(subnet_ids),
         instance_types=[shape.instance_type],
         ami_type=shape.ami_type,
         capacity_type=shape.capacity_type,
@@ -184,56 +184,64 @@ def system_node_group(
         labels={POOL_LABEL: SYSTEM_POOL_NAME},
     )
     opts = pulumi.ResourceOptions(parent=parent, depends_on=list(ctx.depends_on))
-    return _node_group(name, name, shape, ctx, parent, opts)
+    template = _launch_template(name, shape.disk_size_gib, parent)
+    return _node_group(name, shape, template, ctx.subnet_ids, ctx, opts)
 
 
 class GpuNodePool(pulumi.ComponentResource):
-    """A managed node group of GPU nodes that starts empty and scales to zero when idle."""
+    """A GPU pool: one managed node group per zone, each starting empty and scaling to zero when idle.
 
-    node_group: aws.eks.NodeGroup
-    autoscaling_group_name: pulumi.Output[str]
+    One zone per group: the autoscaler models a group's nodes in the group's first zone, so a pod bound to
+    an EBS volume in another zone would never scale a multi-zone group up (autoscaler AWS README).
+    """
+
+    node_groups: list[aws.eks.NodeGroup]
 
     def __init__(
         self, name: str, pool: GpuPool, ctx: NodeGroupContext, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__("gpu-k8s:aws:GpuNodePool", name, None, opts)
         spec = pool.spec
-        shape = NodeShape(
-            instance_type=spec.instance_type,
-            ami_type=gpu_ami_type(pool.machine),
-            capacity_type="SPOT" if spec.spot else "ON_DEMAND",
-            min_nodes=spec.min_nodes,
-            max_nodes=spec.max_nodes,
-            disk_size_gib=spec.disk_size_gib,
-            labels=pool.node_labels,
-            taints=pool.taints,
-            # An upgrade must not need a second p5.48xlarge (quota, capacity) for every one it replaces.
-            update_strategy="MINIMAL",
-        )
-        # Auto-named (`<name>-ng-<random>`): an instance type change replaces the group, and Pulumi can then
-        # create the new group before deleting the old one, which a fixed name would forbid.
-        self.node_group = _node_group(
-            name, node_group_resource_name(name), shape, ctx, self, node_group_options(self, ctx.depends_on)
-        )
-        self.autoscaling_group_name = self.node_group.resources.apply(_autoscaling_group_name)
+        template = _launch_template(name, spec.disk_size_gib, self)
         tags = scale_from_zero_tags(aws_node_template(pool, ctx.cluster_unneeded_time))
-        for key, suffix in tag_resource_suffixes(tags).items():
-            aws.autoscaling.Tag(
-                f"{name}-tag-{suffix}",
-                autoscaling_group_name=self.autoscaling_group_name,
-                tag=aws.autoscaling.TagTagArgs(key=key, value=tags[key], propagate_at_launch=False),
-                opts=pulumi.ResourceOptions(parent=self),
+        self.node_groups = []
+        for zone, limits in enumerate(zone_limits(spec.min_nodes, spec.max_nodes, len(ctx.subnet_ids))):
+            shape = NodeShape(
+                instance_type=spec.instance_type,
+                ami_type=gpu_ami_type(pool.machine),
+                capacity_type="SPOT" if spec.spot else "ON_DEMAND",
+                min_nodes=limits.min_nodes,
+                max_nodes=limits.max_nodes,
+                disk_size_gib=spec.disk_size_gib,
+                labels=pool.node_labels,
+                taints=pool.taints,
+                # An upgrade must not need a second p5.48xlarge (quota, capacity) for every one it replaces.
+                update_strategy="MINIMAL",
             )
-        self.register_outputs(
-            {
-                "nodeGroupName": self.node_group.node_group_name,
-                "autoscalingGroupName": self.autoscaling_group_name,
-            }
-        )
+            # Auto-named (`<name>-ng-<zone>-<random>`): an instance type change replaces the group, and
+            # Pulumi can then create the new group before deleting the old one, which a fixed name forbids.
+            group = _node_group(
+                node_group_resource_name(name, zone),
+                shape,
+                template,
+                [ctx.subnet_ids[zone]],
+                ctx,
+                node_group_options(self, ctx.depends_on),
+            )
+            self.node_groups.append(group)
+            group_name = group.resources.apply(_autoscaling_group_name)
+            for key, suffix in tag_resource_suffixes(tags).items():
+                aws.autoscaling.Tag(
+                    f"{name}-{zone}-tag-{suffix}",
+                    autoscaling_group_name=group_name,
+                    tag=aws.autoscaling.TagTagArgs(key=key, value=tags[key], propagate_at_launch=False),
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
+        self.register_outputs({"nodeGroupNames": [g.node_group_name for g in self.node_groups]})
 
 
-def node_group_resource_name(pool_resource_name: str) -> str:
-    return f"{pool_resource_name}-ng"
+def node_group_resource_name(pool_resource_name: str, zone: int) -> str:
+    return f"{pool_resource_name}-ng-{zone}"
 
 
 def _autoscaling_group_name(resources: Sequence[aws.eks.outputs.NodeGroupResource]) -> str:
