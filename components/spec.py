@@ -200,6 +200,9 @@ class EksSpec(StrictModel):
 
     # EKS refuses to delete the cluster until this is false and applied.
     deletion_protection: bool = True
+    # IAM roles and users (ARNs) that get cluster-admin. Empty: whoever runs `pulumi up` (its role), which
+    # changes when CI and a person take turns.
+    admins: tuple[str, ...] = ()
 
 
 class GkeSpec(StrictModel):

@@ -420,3 +420,27 @@ def test_new_vpc_sends_s3_traffic_through_a_gateway_endpoint(aws_eks):
     assert endpoint.inputs["vpcEndpointType"] == "Gateway"
     private_tables = {r.id for r in aws_eks.by_type("aws:ec2/routeTable:RouteTable") if "private" in r.name}
     assert len(private_tables) == 3 and set(endpoint.inputs["routeTableIds"]) == private_tables
+
+
+def test_admins_from_config_replace_the_deployer_and_keep_their_names(aws_eks_config):
+    """A fixed admin list does not change with whoever runs `pulumi up` (CI and people taking turns)."""
+    from tools.engine import run_program
+
+    config = json.loads(json.dumps(aws_eks_config))
+    admins = ["arn:aws:iam::123456789012:role/platform/GpuAdmins", "arn:aws:iam::123456789012:user/alice"]
+    config["gpu-k8s:cluster"]["eks"] = {"admins": admins}
+    first = run_program("admins", config)
+    entries = {r.name: r.inputs["principalArn"] for r in first.by_type("aws:eks/accessEntry:AccessEntry")}
+    assert sorted(entries.values()) == sorted(admins)
+    assert not [name for name in entries if "deployer" in name]
+    for association in first.by_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation"):
+        assert association.inputs["policyArn"].endswith("/AmazonEKSClusterAdminPolicy")
+    # Reordering the list renames nothing; the add-ons wait for every admin entry.
+    config["gpu-k8s:cluster"]["eks"] = {"admins": admins[::-1]}
+    second = run_program("admins", config)
+    assert {r.urn for r in second.by_type("aws:eks/accessEntry:AccessEntry")} == {
+        r.urn for r in first.by_type("aws:eks/accessEntry:AccessEntry")
+    }
+    namespace = first.by_name("ml-gpu-operator-namespace")
+    for association in first.by_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation"):
+        assert association.urn in namespace.dependencies

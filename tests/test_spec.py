@@ -229,6 +229,18 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         ("at least 2 private subnets",),
     ),
     (
+        "eks-admin-is-a-session-arn",
+        set_path("eks", {"admins": ["arn:aws:sts::123456789012:assumed-role/deployer/ci"]}),
+        "eks.admins[0]",
+        ("not the ARN of an IAM role or user", "role's ARN"),
+    ),
+    (
+        "eks-admin-listed-twice",
+        set_path("eks", {"admins": ["arn:aws:iam::123456789012:role/a", "arn:aws:iam::123456789012:role/a"]}),
+        "eks.admins[1]",
+        ("listed twice",),
+    ),
+    (
         "mig-layout-with-an-unknown-profile",
         set_path("gpuPools.3.sharing", {"mode": "mig", "layout": {"9g.99gb": 1}}),
         "gpuPools[3].sharing.layout",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -51,9 +53,38 @@ EKS_TRAITS = PlatformTraits(
 )
 
 
+# An IAM role or user (access entries take no assumed-role session ARNs; EKS CreateAccessEntry).
+IAM_PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/([\w+=,.@/-]+)$")
+
+
+def admin_slug(arn: str) -> str:
+    """A stable resource-name part for an admin principal: its kind, name and a short hash of the ARN."""
+    match = IAM_PRINCIPAL_ARN.match(arn)
+    assert match is not None, "validated by eks_issues"
+    name = re.sub(r"[^a-z0-9]+", "-", match.group(2).rsplit("/", 1)[-1].lower()).strip("-")
+    return f"{match.group(1)}-{name}-{hashlib.sha256(arn.encode()).hexdigest()[:6]}"
+
+
+def _admin_issues(admins: Sequence[str]) -> Iterable[ConfigIssue]:
+    seen: set[str] = set()
+    for index, arn in enumerate(admins):
+        path = config_path("eks", "admins", index)
+        if not IAM_PRINCIPAL_ARN.match(arn):
+            yield ConfigIssue(
+                path,
+                arn,
+                "not the ARN of an IAM role or user",
+                "write arn:aws:iam::<account>:role/<name> (for an assumed-role session, its role's ARN)",
+            )
+        elif arn in seen:
+            yield ConfigIssue(path, arn, "listed twice", "list each principal once")
+        seen.add(arn)
+
+
 def eks_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
-    """What the generic validation cannot know: EKS's node group name limit and which GPU types the
-    EKS NVIDIA AMIs cover."""
+    """What the generic validation cannot know: EKS's node group name limit, which GPU types the EKS NVIDIA
+    AMIs cover, and the admin principals."""
+    yield from _admin_issues(spec.eks.admins)
     for index, pool in enumerate(spec.gpu_pools):
         net = spec.network
         zones = net.availability_zones if net.creates_vpc else len(net.private_subnet_ids)
@@ -166,7 +197,7 @@ class EksCluster(pulumi.ComponentResource):
             deletion_protection=spec.eks.deletion_protection,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group, *cluster_role.grants]),
         )
-        admin_access = self._deployer_admin_access(name, cluster.name)
+        admin_access = self._admin_access(name, cluster.name, spec.eks.admins)
 
         pools = resolve_pools(spec, args.catalog, EKS_TRAITS)
         version = spec.kubernetes_version
@@ -197,7 +228,7 @@ class EksCluster(pulumi.ComponentResource):
             )
         )
         k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig, opts=child)
-        system_ready = [system_nodes, coredns, admin_access]
+        system_ready = [system_nodes, coredns, *admin_access]
         default_storage_class(
             name, addons.default_storage_class_manifest(), k8s_provider, self, [ebs_csi, *system_ready]
         )
@@ -219,22 +250,30 @@ class EksCluster(pulumi.ComponentResource):
             {"clusterName": cluster.name, "endpoint": cluster.endpoint, "kubeconfig": kubeconfig}
         )
 
-    def _deployer_admin_access(
-        self, name: str, cluster_name: pulumi.Output[str]
+    def _admin_access(
+        self, name: str, cluster_name: pulumi.Output[str], admins: Sequence[str]
+    ) -> list[aws.eks.AccessPolicyAssociation]:
+        """Cluster-admin access entries: for `eks.admins`, or else for whoever runs `pulumi up` (the IAM role
+        behind an assumed-role session)."""
+        if not admins:
+            invoke = pulumi.InvokeOutputOptions(parent=self)
+            caller = aws.get_caller_identity_output(opts=invoke)
+            principal = aws.iam.get_session_context_output(arn=caller.arn, opts=invoke).issuer_arn
+            return [self._cluster_admin(f"{name}-deployer", cluster_name, principal)]
+        return [self._cluster_admin(f"{name}-admin-{admin_slug(arn)}", cluster_name, arn) for arn in admins]
+
+    def _cluster_admin(
+        self, prefix: str, cluster_name: pulumi.Output[str], principal: pulumi.Input[str]
     ) -> aws.eks.AccessPolicyAssociation:
-        """Cluster-admin for whoever runs `pulumi up`: the IAM role behind an assumed-role session."""
-        invoke = pulumi.InvokeOutputOptions(parent=self)
-        caller = aws.get_caller_identity_output(opts=invoke)
-        principal = aws.iam.get_session_context_output(arn=caller.arn, opts=invoke).issuer_arn
         entry = aws.eks.AccessEntry(
-            f"{name}-deployer-access",
+            f"{prefix}-access",
             cluster_name=cluster_name,
             principal_arn=principal,
             type="STANDARD",
             opts=pulumi.ResourceOptions(parent=self),
         )
         return aws.eks.AccessPolicyAssociation(
-            f"{name}-deployer-admin",
+            f"{prefix}-admin",
             cluster_name=cluster_name,
             principal_arn=entry.principal_arn,
             policy_arn=CLUSTER_ADMIN_POLICY,
