@@ -444,3 +444,71 @@ def test_admins_from_config_replace_the_deployer_and_keep_their_names(aws_eks_co
     namespace = first.by_name("ml-gpu-operator-namespace")
     for association in first.by_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation"):
         assert association.urn in namespace.dependencies
+
+
+def test_zones_are_chosen_by_id_and_skip_those_eks_refuses(aws_eks):
+    """In the mock account us-east-1b is use1-az3, where EKS refuses cluster subnets: the VPC uses a, c, d."""
+    zones = [aws_eks.by_name(f"ml-network-private-{i}").inputs["availabilityZone"] for i in range(3)]
+    assert zones == ["us-east-1a", "us-east-1c", "us-east-1d"]
+
+
+class _ScarceGpus:
+    """Mocks in which p5.48xlarge is offered in one zone ID only, and g6e.xlarge nowhere when asked."""
+
+    def __init__(self, nowhere: set[str] = frozenset()):  # type: ignore[assignment]
+        from tools.engine import RealisticMocks
+
+        self.inner = RealisticMocks()
+        self.nowhere = nowhere
+
+    def new_resource(self, args):
+        return self.inner.new_resource(args)
+
+    def call(self, args):
+        if (
+            args.token == "aws:index/getAvailabilityZones:getAvailabilityZones"
+            and "two-zones" in self.nowhere
+        ):
+            answer, _ = self.inner.call(args)
+            return {**answer, "names": answer["names"][:2], "zoneIds": answer["zoneIds"][:2]}, []
+        if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
+            instance_type = args.args["filters"][0]["values"][0]
+            if instance_type in self.nowhere:
+                return {"locations": [], "id": "x"}, []
+            if instance_type == "p5.48xlarge":
+                return {"locations": ["use1-az4"], "id": "x"}, []
+        return self.inner.call(args)
+
+
+def test_a_gpu_pool_gets_groups_only_in_zones_that_offer_its_type(aws_eks_config):
+    from tools.engine import run_program
+
+    rec = run_program("scarce", aws_eks_config, mocks=_ScarceGpus())
+    h100 = zone_node_groups(rec)["h100"]
+    # use1-az4 is us-east-1c here, the second private subnet; the pool's whole maximum goes there.
+    assert [(g.inputs["subnetIds"], g.inputs["scalingConfig"]["maxSize"]) for g in h100] == [
+        ([rec.by_name("ml-network-private-1").id], 2)
+    ]
+    assert len(zone_node_groups(rec)["l40s"]) == 3
+
+
+def test_a_gpu_type_no_zone_offers_is_refused_naming_the_pool(aws_eks_config):
+    from components.configbase import ConfigError
+    from tools.engine import run_program
+
+    with pytest.raises(ConfigError) as caught:
+        run_program("nowhere", aws_eks_config, mocks=_ScarceGpus(nowhere={"g6e.xlarge"}))
+    (issue,) = caught.value.issues
+    assert issue.path == "gpu-k8s:cluster.gpuPools[0].instanceType"
+    assert "offered in none of the cluster's zones" in issue.problem and "use1-az2" in issue.problem
+
+
+def test_a_region_with_fewer_zones_than_asked_is_refused(aws_eks_config):
+    from components.configbase import ConfigError
+    from tools.engine import run_program
+
+    with pytest.raises(ConfigError) as caught:
+        run_program("two-zones", aws_eks_config, mocks=_ScarceGpus(nowhere={"two-zones"}))
+    (issue,) = caught.value.issues
+    assert issue.path == "gpu-k8s:cluster.network.availabilityZones"
+    assert "only 2 default zones EKS supports" in issue.problem and issue.fix == "set it to at most 2"

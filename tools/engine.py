@@ -130,6 +130,9 @@ class RealisticMocks(pulumi_mocks.Mocks):
     def __init__(self, region: str = "us-east-1", project: str = "gpu-k8s-demo"):
         self.region = region
         self.project = project
+        # AWS zone IDs start with a short region code (use1 for us-east-1); this one is made from the name.
+        parts = region.split("-")
+        self.zone_id_prefix = parts[0] + "".join(p[0] for p in parts[1:-1]) + parts[-1]
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
         outputs = dict(args.inputs)
@@ -269,11 +272,30 @@ class RealisticMocks(pulumi_mocks.Mocks):
                 "sessionName": "ci-session",
             }, []
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            letters = "abcdef"
+            # Names and IDs map differently in every account: here a maps to az2, b to az3, ...
+            zones = [
+                (f"{self.region}{c}", f"{self.zone_id_prefix}-az{i + 2}") for i, c in enumerate("abcdef")
+            ]
+            kept = [z for z in zones if z[1] not in (args.args.get("excludeZoneIds") or [])]
             return {
-                "names": [f"{self.region}{c}" for c in letters],
-                "zoneIds": [f"use1-az{i}" for i in range(1, 7)],
+                "names": [name for name, _ in kept],
+                "zoneIds": [zone_id for _, zone_id in kept],
                 "id": self.region,
+            }, []
+        if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
+            # Every zone offers every type here; tests that need scarcity answer this invoke themselves.
+            return {
+                "locations": [f"{self.zone_id_prefix}-az{i}" for i in range(1, 8)],
+                "locationTypes": ["availability-zone-id"] * 7,
+                "instanceTypes": [args.args["filters"][0]["values"][0]] * 7,
+                "id": self.region,
+            }, []
+        if args.token == "aws:ec2/getSubnet:getSubnet":
+            index = int(_fake_hex(args.args["id"], 2), 16) % 3
+            return {
+                **args.args,
+                "availabilityZone": f"{self.region}{'abc'[index]}",
+                "availabilityZoneId": f"{self.zone_id_prefix}-az{index + 1}",
             }, []
         if args.token == "aws:ssm/getParameter:getParameter":
             return {

@@ -37,6 +37,7 @@ from providers.aws.nodes import (
     node_group_resource_name,
     system_node_group,
 )
+from providers.aws.zones import ZonePlan, zone_issues, zone_plan
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
@@ -139,6 +140,7 @@ class EksClusterArgs:
     spec: ClusterSpec
     region: str
     catalog: Catalog
+    zones: ZonePlan
 
 
 class EksCluster(pulumi.ComponentResource):
@@ -150,7 +152,9 @@ class EksCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: EksClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-k8s:aws:EksCluster", name, None, opts)
         spec, child = args.spec, pulumi.ResourceOptions(parent=self)
-        network = Network(f"{name}-network", spec.name, spec.network, opts=child)
+        network = Network(
+            f"{name}-network", spec.name, spec.network, [z.name for z in args.zones.zones], opts=child
+        )
 
         secrets_key = aws.kms.Key(
             f"{name}-secrets-key",
@@ -220,7 +224,13 @@ class EksCluster(pulumi.ComponentResource):
         )
 
         for pool in pools:
-            GpuNodePool(pool_child_name(name, pool.spec.name), pool, ctx, opts=child)
+            GpuNodePool(
+                pool_child_name(name, pool.spec.name),
+                pool,
+                ctx,
+                args.zones.pool_zones[pool.spec.name],
+                opts=child,
+            )
 
         kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
             pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data).apply(
@@ -288,8 +298,13 @@ def build(spec: ClusterSpec) -> GpuCluster:
     region = region_from_config()
     raise_if_any(eks_issues(spec, catalog), platform_issues(spec, EKS_TRAITS, catalog))
     provider = aws_provider(spec.name, region)
+    # What the account's zones offer is known only by asking AWS, so after the provider exists.
+    zones = zone_plan(spec, pulumi.InvokeOptions(provider=provider))
+    raise_if_any(zone_issues(spec, zones))
     eks = EksCluster(
-        spec.name, EksClusterArgs(spec, region, catalog), opts=pulumi.ResourceOptions(providers=[provider])
+        spec.name,
+        EksClusterArgs(spec, region, catalog, zones),
+        opts=pulumi.ResourceOptions(providers=[provider]),
     )
     cluster = eks.handle
     install_gpu_addons(

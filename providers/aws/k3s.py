@@ -51,6 +51,7 @@ from providers.aws.k3s_bootstrap import aws_node_bootstrap, read_secrets_policy
 from providers.aws.location import aws_provider, region_from_config
 from providers.aws.network import Network
 from providers.aws.nodes import cpu_arch
+from providers.aws.zones import ZonePlan, zone_issues, zone_plan
 
 CAPACITY_LABEL = "gpu-k8s.io/capacity-type"
 # Canonical's public SSM parameters for the current Ubuntu 24.04 LTS server AMI (parameter scheme from
@@ -189,6 +190,7 @@ class AwsK3sClusterArgs:
     region: str
     traits: PlatformTraits
     pools: tuple[GpuPool, ...]
+    zones: ZonePlan
 
 
 class AwsK3sCluster(pulumi.ComponentResource):
@@ -200,7 +202,9 @@ class AwsK3sCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: AwsK3sClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-k8s:aws:K3sCluster", name, None, opts)
         spec, child = args.spec, pulumi.ResourceOptions(parent=self)
-        network = Network(f"{name}-network", spec.name, spec.network, opts=child)
+        network = Network(
+            f"{name}-network", spec.name, spec.network, [z.name for z in args.zones.zones], opts=child
+        )
         groups = self._security_groups(name, spec, network.vpc_id)
 
         load_balancer = aws.lb.LoadBalancer(
@@ -285,6 +289,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 agent_secret,
                 first_server_url,
                 unneeded,
+                args.zones.pool_zones[pool.spec.name],
                 boot_after=[agent_secret_value, agent_reads, *agent_role.grants],
             )
 
@@ -483,6 +488,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         secret: aws.secretsmanager.Secret,
         server_url: pulumi.Output[str],
         cluster_unneeded_time: str,
+        zone_indexes: Sequence[int],
         boot_after: Sequence[pulumi.Resource],
     ) -> list[aws.autoscaling.Group]:
         """A launch template and one Auto Scaling group per zone for one GPU pool, its limits split over them.
@@ -562,8 +568,10 @@ class AwsK3sCluster(pulumi.ComponentResource):
                     parent=self, depends_on=list(boot_after), ignore_changes=["desiredCapacity"]
                 ),
             )
-            for zone_index, limits in enumerate(
-                zone_limits(pool.spec.min_nodes, pool.spec.max_nodes, len(network.private_subnet_ids))
+            for zone_index, limits in zip(
+                zone_indexes,
+                zone_limits(pool.spec.min_nodes, pool.spec.max_nodes, len(zone_indexes)),
+                strict=False,
             )
         ]
 
@@ -576,9 +584,12 @@ def build(spec: ClusterSpec) -> GpuCluster:
     raise_if_any(aws_k3s_issues(spec), platform_issues(spec, traits, catalog))
     pools = resolve_pools(spec, catalog, traits)
     provider = aws_provider(spec.name, region)
+    # What the account's zones offer is known only by asking AWS, so after the provider exists.
+    zones = zone_plan(spec, pulumi.InvokeOptions(provider=provider))
+    raise_if_any(zone_issues(spec, zones))
     cluster = AwsK3sCluster(
         spec.name,
-        AwsK3sClusterArgs(spec, region, traits, pools),
+        AwsK3sClusterArgs(spec, region, traits, pools, zones),
         opts=pulumi.ResourceOptions(providers=[provider]),
     ).handle
     install_gpu_addons(spec, cluster, autoscaler_cloud_values(spec.name, region))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -37,10 +37,6 @@ def subnet_plan(vpc_cidr: str, zone_count: int) -> list[SubnetPlan]:
     return [SubnetPlan(i, str(private[i]), str(public[i])) for i in range(zone_count)]
 
 
-def _nth(index: int, names: list[str]) -> str:
-    return names[index]
-
-
 def subnet_tags(cluster_name: str, tier: str) -> dict[str, str]:
     """Tags the AWS load balancer integrations use to find subnets for internal/internet-facing LBs."""
     role = "kubernetes.io/role/internal-elb" if tier == "private" else "kubernetes.io/role/elb"
@@ -55,7 +51,12 @@ class Network(pulumi.ComponentResource):
     public_subnet_ids: list[pulumi.Output[str]]
 
     def __init__(
-        self, name: str, cluster_name: str, spec: NetworkSpec, opts: pulumi.ResourceOptions | None = None
+        self,
+        name: str,
+        cluster_name: str,
+        spec: NetworkSpec,
+        zone_names: Sequence[str],
+        opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-k8s:aws:Network", name, None, opts)
         if not spec.creates_vpc:
@@ -67,13 +68,6 @@ class Network(pulumi.ComponentResource):
             return
         assert spec.cidr is not None
         child = pulumi.ResourceOptions(parent=self)
-        zones = aws.get_availability_zones_output(
-            state="available",
-            filters=[
-                aws.GetAvailabilityZonesFilterArgs(name="opt-in-status", values=["opt-in-not-required"])
-            ],
-            opts=pulumi.InvokeOutputOptions(parent=self),
-        )
         vpc = aws.ec2.Vpc(
             f"{name}-vpc",
             cidr_block=spec.cidr,
@@ -96,7 +90,7 @@ class Network(pulumi.ComponentResource):
         private_route_tables: list[aws.ec2.RouteTable] = []
         nat: aws.ec2.NatGateway | None = None
         for plan in subnet_plan(spec.cidr, spec.availability_zones):
-            zone = zones.names.apply(functools.partial(_nth, plan.zone_index))
+            zone = zone_names[plan.zone_index]
             index = plan.zone_index
             public = self._subnet(
                 name, cluster_name, "public", index, vpc, plan.public_cidr, zone, public_routes

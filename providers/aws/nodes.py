@@ -198,14 +198,21 @@ class GpuNodePool(pulumi.ComponentResource):
     node_groups: list[aws.eks.NodeGroup]
 
     def __init__(
-        self, name: str, pool: GpuPool, ctx: NodeGroupContext, opts: pulumi.ResourceOptions | None = None
+        self,
+        name: str,
+        pool: GpuPool,
+        ctx: NodeGroupContext,
+        zone_indexes: Sequence[int],
+        opts: pulumi.ResourceOptions | None = None,
     ):
+        """`zone_indexes`: the private subnets (by index) whose zone offers the pool's instance type."""
         super().__init__("gpu-k8s:aws:GpuNodePool", name, None, opts)
         spec = pool.spec
         template = _launch_template(name, spec.disk_size_gib, self)
         tags = scale_from_zero_tags(aws_node_template(pool, ctx.cluster_unneeded_time))
         self.node_groups = []
-        for zone, limits in enumerate(zone_limits(spec.min_nodes, spec.max_nodes, len(ctx.subnet_ids))):
+        limits_per_zone = zone_limits(spec.min_nodes, spec.max_nodes, len(zone_indexes))
+        for zone, limits in zip(zone_indexes, limits_per_zone, strict=False):
             shape = NodeShape(
                 instance_type=spec.instance_type,
                 ami_type=gpu_ami_type(pool.machine),

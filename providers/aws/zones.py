@@ -1,0 +1,93 @@
+"""The availability zones a cluster uses, by zone ID, and which of them offer each GPU pool's instance type.
+
+Zone names map to different physical zones in every account; zone IDs do not. EKS refuses cluster subnets
+in a few zone IDs (`UnsupportedAvailabilityZoneException`), and a GPU type is offered in only some zones of
+a region: a node group in a zone without it can never start a node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from components.configbase import ConfigIssue, config_path
+from components.spec import ClusterSpec, NetworkSpec
+
+# Zone IDs whose subnets EKS refuses for a cluster: use1-az3 is the known case (cloudposse's EKS component
+# changelog 1.203.0, eksctl#817); usw1-az2 and cac1-az3 are named next to it in the review of this stack
+# (shared/docs/reviews/review-eks.md F2) and are UNCONFIRMED here.
+EKS_UNSUPPORTED_ZONE_IDS = ("use1-az3", "usw1-az2", "cac1-az3")
+
+
+@dataclass(frozen=True)
+class Zone:
+    name: str
+    zone_id: str
+
+
+def cluster_zones(network: NetworkSpec, invoke: pulumi.InvokeOptions) -> list[Zone]:
+    """The zones of the cluster's private subnets, in subnet order: the first `availabilityZones` default
+    zones EKS supports for a new VPC, or the zones of the given subnets."""
+    if not network.creates_vpc:
+        subnets = [aws.ec2.get_subnet(id=subnet, opts=invoke) for subnet in network.private_subnet_ids]
+        return [Zone(s.availability_zone, s.availability_zone_id) for s in subnets]
+    found = aws.get_availability_zones(
+        state="available",
+        filters=[aws.GetAvailabilityZonesFilterArgs(name="opt-in-status", values=["opt-in-not-required"])],
+        exclude_zone_ids=list(EKS_UNSUPPORTED_ZONE_IDS),
+        opts=invoke,
+    )
+    zones = [Zone(name, zone_id) for name, zone_id in zip(found.names, found.zone_ids, strict=True)]
+    return zones[: network.availability_zones]
+
+
+def pool_zone_indexes(instance_type: str, zones: Sequence[Zone], invoke: pulumi.InvokeOptions) -> list[int]:
+    """Indexes into `zones` (and the private subnets) where a pool's instance type can start."""
+    offerings = aws.ec2.get_instance_type_offerings(
+        filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=[instance_type])],
+        location_type="availability-zone-id",
+        opts=invoke,
+    )
+    return [index for index, zone in enumerate(zones) if zone.zone_id in offerings.locations]
+
+
+@dataclass(frozen=True)
+class ZonePlan:
+    """The cluster's zones (in private-subnet order) and, per GPU pool, the indexes of those offering its
+    instance type."""
+
+    zones: tuple[Zone, ...]
+    pool_zones: Mapping[str, tuple[int, ...]]
+
+
+def zone_plan(spec: ClusterSpec, invoke: pulumi.InvokeOptions) -> ZonePlan:
+    zones = tuple(cluster_zones(spec.network, invoke))
+    return ZonePlan(
+        zones,
+        {pool.name: tuple(pool_zone_indexes(pool.instance_type, zones, invoke)) for pool in spec.gpu_pools},
+    )
+
+
+def zone_issues(spec: ClusterSpec, plan: ZonePlan) -> Iterable[ConfigIssue]:
+    """Too few zones for the cluster, and GPU pools whose type none of the cluster's zones offers."""
+    zones = plan.zones
+    if len(zones) < spec.network.availability_zones and spec.network.creates_vpc:
+        yield ConfigIssue(
+            config_path("network", "availabilityZones"),
+            spec.network.availability_zones,
+            f"the region has only {len(zones)} default zones EKS supports",
+            f"set it to at most {len(zones)}",
+        )
+    listed = ", ".join(f"{z.name} ({z.zone_id})" for z in zones)
+    for index, pool in enumerate(spec.gpu_pools):
+        if not plan.pool_zones[pool.name]:
+            yield ConfigIssue(
+                config_path("gpuPools", index, "instanceType"),
+                pool.instance_type,
+                f"is offered in none of the cluster's zones: {listed}",
+                "pick a type these zones offer, or a region or subnets in zones that offer it "
+                "(aws ec2 describe-instance-type-offerings --location-type availability-zone-id)",
+            )
