@@ -20,9 +20,7 @@ The node gets the rendered files unchanged; only the world around them is fake.
 from __future__ import annotations
 
 import base64
-import datetime
 import http.server
-import ipaddress
 import json
 import os
 import shutil
@@ -371,40 +369,14 @@ def _wsgi(app, method: str, host: str, path: str, headers: Any, body: bytes):
 
 def _make_tls(workdir: Path, hosts: list[str]) -> tuple[ssl.SSLContext, str]:
     """A CA and a server certificate for `hosts`; returns the server context and the CA bundle path."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
+    from tests.certs import certificate, new_key, pem
 
-    now = datetime.datetime.now(datetime.UTC)
-
-    def certificate(subject: str, key, issuer_key, issuer: str, ca: bool, sans: list[x509.GeneralName]):
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if sans:
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        return builder.sign(issuer_key, hashes.SHA256())
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = certificate("gpu-k8s test CA", ca_key, ca_key, "gpu-k8s test CA", True, [])
-    key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [x509.DNSName(h) for h in hosts]
-    sans.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
-    leaf = certificate(hosts[0], key, ca_key, "gpu-k8s test CA", False, sans)
-    pem = serialization.Encoding.PEM
-    (workdir / "ca.pem").write_bytes(ca.public_bytes(pem))
-    (workdir / "server.pem").write_bytes(leaf.public_bytes(pem) + ca.public_bytes(pem))
-    (workdir / "server.key").write_bytes(
-        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    ca_key, key = new_key(), new_key()
+    ca = certificate("gpu-k8s test CA", ca_key, ca_key, "gpu-k8s test CA", True)
+    leaf = certificate(hosts[0], key, ca_key, "gpu-k8s test CA", False, dns_names=hosts, ips=["127.0.0.1"])
+    (workdir / "ca.pem").write_bytes(pem(ca))
+    (workdir / "server.pem").write_bytes(pem(leaf) + pem(ca))
+    (workdir / "server.key").write_bytes(pem(key))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(workdir / "server.pem", workdir / "server.key")
     return context, str(workdir / "ca.pem")

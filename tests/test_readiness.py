@@ -4,7 +4,6 @@ and starts late, and in the plan, where every Kubernetes resource waits for it."
 from __future__ import annotations
 
 import base64
-import datetime
 import http.server
 import json
 import ssl
@@ -14,44 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from components.k3s.readiness import ApiNotReady, _ApiReadyProvider, wait_until_ready
 from components.kubeconfig import client_certificate_kubeconfig
+from tests.certs import certificate, new_key, pem
 from tools.engine import Recording, Secret
-
-NOW = datetime.datetime.now(datetime.UTC)
-
-
-def _cert(subject: str, key, issuer_key, issuer: str, ca: bool, ip: str | None = None) -> x509.Certificate:
-    import ipaddress
-
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(NOW - datetime.timedelta(minutes=5))
-        .not_valid_after(NOW + datetime.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if ip:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]), critical=False
-        )
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-def _pem(obj) -> bytes:
-    if isinstance(obj, x509.Certificate):
-        return obj.public_bytes(serialization.Encoding.PEM)
-    return obj.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
 
 
 class FakeApiServer:
@@ -59,15 +25,15 @@ class FakeApiServer:
     `healthy` and refusing connections until `start()`."""
 
     def __init__(self, workdir: Path):
-        self.server_ca_key = ec.generate_private_key(ec.SECP256R1())
-        self.server_ca = _cert("server-ca", self.server_ca_key, self.server_ca_key, "server-ca", True)
-        self.client_ca_key = ec.generate_private_key(ec.SECP256R1())
-        self.client_ca = _cert("client-ca", self.client_ca_key, self.client_ca_key, "client-ca", True)
-        key = ec.generate_private_key(ec.SECP256R1())
-        leaf = _cert("k3s", key, self.server_ca_key, "server-ca", False, ip="127.0.0.1")
-        (workdir / "server.pem").write_bytes(_pem(leaf))
-        (workdir / "server.key").write_bytes(_pem(key))
-        (workdir / "client-ca.pem").write_bytes(_pem(self.client_ca))
+        self.server_ca_key = new_key()
+        self.server_ca = certificate("server-ca", self.server_ca_key, self.server_ca_key, "server-ca", True)
+        self.client_ca_key = new_key()
+        self.client_ca = certificate("client-ca", self.client_ca_key, self.client_ca_key, "client-ca", True)
+        key = new_key()
+        leaf = certificate("k3s", key, self.server_ca_key, "server-ca", False, ips=["127.0.0.1"])
+        (workdir / "server.pem").write_bytes(pem(leaf))
+        (workdir / "server.key").write_bytes(pem(key))
+        (workdir / "client-ca.pem").write_bytes(pem(self.client_ca))
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.load_cert_chain(workdir / "server.pem", workdir / "server.key")
         self.context.load_verify_locations(workdir / "client-ca.pem")
@@ -80,15 +46,15 @@ class FakeApiServer:
         self.httpd: http.server.ThreadingHTTPServer | None = None
 
     def kubeconfig(self, signed_by_client_ca: bool = True) -> str:
-        key = ec.generate_private_key(ec.SECP256R1())
-        issuer_key = self.client_ca_key if signed_by_client_ca else ec.generate_private_key(ec.SECP256R1())
-        cert = _cert("gpu-k8s-admin", key, issuer_key, "client-ca", False)
+        key = new_key()
+        issuer_key = self.client_ca_key if signed_by_client_ca else new_key()
+        cert = certificate("gpu-k8s-admin", key, issuer_key, "client-ca", False)
 
         def b64(data: bytes) -> str:
             return base64.b64encode(data).decode()
 
         return client_certificate_kubeconfig(
-            "ml", f"https://127.0.0.1:{self.port}", b64(_pem(self.server_ca)), b64(_pem(cert)), b64(_pem(key))
+            "ml", f"https://127.0.0.1:{self.port}", b64(pem(self.server_ca)), b64(pem(cert)), b64(pem(key))
         )
 
     def start(self) -> None:
