@@ -512,3 +512,18 @@ def test_a_region_with_fewer_zones_than_asked_is_refused(aws_eks_config):
     (issue,) = caught.value.issues
     assert issue.path == "gpu-k8s:cluster.network.availabilityZones"
     assert "only 2 default zones EKS supports" in issue.problem and issue.fix == "set it to at most 2"
+
+
+def test_what_groups_launch_carries_the_clusters_tag(aws_eks, aws_k3s):
+    """The provider's default tags reach launch templates, not the instances, volumes and interfaces an Auto
+    Scaling group makes from them: those are tagged through the template."""
+    templates = [
+        *aws_eks.by_type("aws:ec2/launchTemplate:LaunchTemplate"),
+        *aws_k3s.by_type("aws:ec2/launchTemplate:LaunchTemplate"),
+    ]
+    assert len(templates) == 7
+    for template in templates:
+        specs = {s["resourceType"]: s["tags"] for s in template.inputs["tagSpecifications"]}
+        assert set(specs) == {"instance", "volume", "network-interface"}, template.name
+        for tags in specs.values():
+            assert tags["gpu-k8s.io/cluster"] == "ml" and tags["Name"].startswith("ml-")

@@ -230,6 +230,8 @@ def test_ec2_values_are_members_of_botocore_enums(aws_eks, ec2_model):
         assert template.inputs["metadataOptions"]["httpTokens"] in enum(
             ec2_model, "LaunchTemplateHttpTokensState"
         )
+        for spec in template.inputs["tagSpecifications"]:
+            assert spec["resourceType"] in enum(ec2_model, "ResourceType")
 
 
 def serious_findings(document: str, trust_policy: bool) -> list[tuple[str, str, Any]]:

@@ -27,7 +27,7 @@ from providers.aws.iam import (
     role_with_policies,
     service_trust_policy,
 )
-from providers.aws.location import aws_provider, region_from_config
+from providers.aws.location import aws_provider, cluster_tags, region_from_config
 from providers.aws.network import Network
 from providers.aws.nodes import (
     AL2023_NVIDIA_DRIVER_BRANCH,
@@ -216,6 +216,7 @@ class EksCluster(pulumi.ComponentResource):
             subnet_ids=network.private_subnet_ids,
             depends_on=[*pre_node_addons, *node_role.grants],
             cluster_unneeded_time=cluster_scale_down_unneeded_time(pools),
+            launch_tags=cluster_tags(spec.name),
         )
         system_nodes = system_node_group(f"{name}-system", spec.system_pool, ctx, parent=self)
         coredns = addons.addon(name, "coredns", cluster.name, version, self, depends_on=[system_nodes])

@@ -48,9 +48,9 @@ from providers.aws.iam import (
     service_trust_policy,
 )
 from providers.aws.k3s_bootstrap import aws_node_bootstrap, read_secrets_policy
-from providers.aws.location import aws_provider, region_from_config
+from providers.aws.location import aws_provider, cluster_tags, region_from_config
 from providers.aws.network import Network
-from providers.aws.nodes import cpu_arch
+from providers.aws.nodes import cpu_arch, launch_tag_specifications
 from providers.aws.zones import ZonePlan, zone_issues, zone_plan
 
 CAPACITY_LABEL = "gpu-k8s.io/capacity-type"
@@ -540,11 +540,9 @@ class AwsK3sCluster(pulumi.ComponentResource):
             ),
             user_data=user_data,
             update_default_version=True,
-            tag_specifications=[
-                aws.ec2.LaunchTemplateTagSpecificationArgs(
-                    resource_type="instance", tags={"Name": f"{spec.name}-gpu-{pool.spec.name}"}
-                )
-            ],
+            tag_specifications=launch_tag_specifications(
+                {**cluster_tags(spec.name), "Name": f"{spec.name}-gpu-{pool.spec.name}"}
+            ),
             opts=child,
         )
         tags = [

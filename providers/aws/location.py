@@ -26,10 +26,15 @@ def region_from_config() -> str:
     return region
 
 
+def cluster_tags(cluster_name: str) -> dict[str, str]:
+    """The tag every AWS resource of the cluster carries (cost allocation, cleanup)."""
+    return {"gpu-k8s.io/cluster": cluster_name}
+
+
 def aws_provider(cluster_name: str, region: str) -> aws.Provider:
     """The stack's AWS provider; every resource it makes carries the cluster's tag."""
     return aws.Provider(
         f"{cluster_name}-aws",
         region=region,
-        default_tags=aws.ProviderDefaultTagsArgs(tags={"gpu-k8s.io/cluster": cluster_name}),
+        default_tags=aws.ProviderDefaultTagsArgs(tags=cluster_tags(cluster_name)),
     )

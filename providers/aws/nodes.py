@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -77,7 +77,18 @@ def node_group_options(
     )
 
 
-def _launch_template(name: str, disk_size_gib: int, parent: pulumi.Resource) -> aws.ec2.LaunchTemplate:
+def launch_tag_specifications(tags: Mapping[str, str]) -> list[aws.ec2.LaunchTemplateTagSpecificationArgs]:
+    """Tags for what the Auto Scaling group launches: the provider's default tags reach the template, not the
+    instances, volumes and interfaces made from it."""
+    return [
+        aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=dict(tags))
+        for kind in ("instance", "volume", "network-interface")
+    ]
+
+
+def _launch_template(
+    name: str, disk_size_gib: int, tags: Mapping[str, str], parent: pulumi.Resource
+) -> aws.ec2.LaunchTemplate:
     return aws.ec2.LaunchTemplate(
         f"{name}-lt",
         block_device_mappings=[
@@ -97,6 +108,7 @@ def _launch_template(name: str, disk_size_gib: int, parent: pulumi.Resource) -> 
         metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
             http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
         ),
+        tag_specifications=launch_tag_specifications(tags),
         update_default_version=True,
         opts=pulumi.ResourceOptions(parent=parent),
     )
@@ -114,6 +126,8 @@ class NodeGroupContext:
     depends_on: Sequence[pulumi.Resource]
     # The autoscaler's cluster-wide idle time; pools that differ carry their own in the ASG template.
     cluster_unneeded_time: str
+    # Tags for the instances, volumes and interfaces node groups launch.
+    launch_tags: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -184,7 +198,7 @@ def system_node_group(
         labels={POOL_LABEL: SYSTEM_POOL_NAME},
     )
     opts = pulumi.ResourceOptions(parent=parent, depends_on=list(ctx.depends_on))
-    template = _launch_template(name, shape.disk_size_gib, parent)
+    template = _launch_template(name, shape.disk_size_gib, {**ctx.launch_tags, "Name": name}, parent)
     return _node_group(name, shape, template, ctx.subnet_ids, ctx, opts)
 
 
@@ -208,7 +222,7 @@ class GpuNodePool(pulumi.ComponentResource):
         """`zone_indexes`: the private subnets (by index) whose zone offers the pool's instance type."""
         super().__init__("gpu-k8s:aws:GpuNodePool", name, None, opts)
         spec = pool.spec
-        template = _launch_template(name, spec.disk_size_gib, self)
+        template = _launch_template(name, spec.disk_size_gib, {**ctx.launch_tags, "Name": name}, self)
         tags = scale_from_zero_tags(aws_node_template(pool, ctx.cluster_unneeded_time))
         self.node_groups = []
         limits_per_zone = zone_limits(spec.min_nodes, spec.max_nodes, len(zone_indexes))
