@@ -527,3 +527,20 @@ def test_what_groups_launch_carries_the_clusters_tag(aws_eks, aws_k3s):
         assert set(specs) == {"instance", "volume", "network-interface"}, template.name
         for tags in specs.values():
             assert tags["gpu-k8s.io/cluster"] == "ml" and tags["Name"].startswith("ml-")
+
+
+def test_node_groups_run_the_recommended_ami_release_of_their_minor(aws_eks):
+    """A new AMI release (same minor) rolls the groups, so nodes are patched without a version bump."""
+    from providers.aws.nodes import release_version_parameter
+
+    assert release_version_parameter("1.35", "AL2023_x86_64_NVIDIA") == (
+        "/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia/recommended/release_version"
+    )
+    assert release_version_parameter("1.36", "AL2023_ARM_64_STANDARD") == (
+        "/aws/service/eks/optimized-ami/1.36/amazon-linux-2023/arm64/standard/recommended/release_version"
+    )
+    groups = aws_eks.by_type("aws:eks/nodeGroup:NodeGroup")
+    assert len(groups) == 11
+    for group in groups:
+        assert group.inputs["version"] == "1.35"
+        assert group.inputs["releaseVersion"].startswith("1.35."), group.name

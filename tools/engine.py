@@ -298,11 +298,14 @@ class RealisticMocks(pulumi_mocks.Mocks):
                 "availabilityZoneId": f"{self.zone_id_prefix}-az{index + 1}",
             }, []
         if args.token == "aws:ssm/getParameter:getParameter":
-            return {
-                "name": args.args["name"],
-                "value": f"ami-{_fake_hex(args.args['name'], 17)}",
-                "type": "String",
-            }, []
+            name = args.args["name"]
+            if name.endswith("/release_version"):
+                # EKS's form, <minor>.<patch>-<yyyymmdd>; the patch and date here are made up.
+                minor = name.split("/")[5]
+                value = f"{minor}.{int(_fake_hex(name, 1), 16) % 5}-20261110"
+            else:
+                value = f"ami-{_fake_hex(name, 17)}"
+            return {"name": name, "value": value, "type": "String"}, []
         if args.token == "aws:index/getRegion:getRegion":
             return {
                 "region": self.region,

@@ -148,6 +148,24 @@ class NodeShape:
     update_strategy: str = "DEFAULT"
 
 
+# Where EKS publishes the recommended AMI release per Kubernetes minor and AMI type (eksctl and
+# terraform-aws-eks read the same public SSM parameters); the value looks like "1.36.3-20260827".
+RELEASE_VERSION_PARAMETER = (
+    "/aws/service/eks/optimized-ami/{minor}/amazon-linux-2023/{arch}/{flavour}/recommended/release_version"
+)
+AMI_TYPE_PARAMETER_PATH = {
+    "AL2023_x86_64_STANDARD": ("x86_64", "standard"),
+    "AL2023_ARM_64_STANDARD": ("arm64", "standard"),
+    "AL2023_x86_64_NVIDIA": ("x86_64", "nvidia"),
+    "AL2023_ARM_64_NVIDIA": ("arm64", "nvidia"),
+}
+
+
+def release_version_parameter(minor: str, ami_type: str) -> str:
+    arch, flavour = AMI_TYPE_PARAMETER_PATH[ami_type]
+    return RELEASE_VERSION_PARAMETER.format(minor=minor, arch=arch, flavour=flavour)
+
+
 def _node_group(
     resource_name: str,
     shape: NodeShape,
@@ -158,10 +176,17 @@ def _node_group(
 ) -> aws.eks.NodeGroup:
     """A managed node group from a launch template (encrypted gp3 root, IMDSv2), one node at a time on
     updates."""
+    # The recommended AMI release, read at every `up` (the project refreshes first): a new release rolls the
+    # group's nodes (one at a time; GPU groups terminate first), so nodes get patched within a minor too.
+    release = aws.ssm.get_parameter_output(
+        name=release_version_parameter(ctx.kubernetes_version, shape.ami_type),
+        opts=pulumi.InvokeOutputOptions(parent=opts.parent),
+    ).value
     return aws.eks.NodeGroup(
         resource_name,
         cluster_name=ctx.cluster_name,
         version=ctx.kubernetes_version,
+        release_version=release,
         node_role_arn=ctx.node_role_arn,
         subnet_ids=list(subnet_ids),
         instance_types=[shape.instance_type],
