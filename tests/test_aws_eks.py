@@ -169,7 +169,11 @@ def test_cluster_security_settings(aws_eks):
     assert cluster["vpcConfig"]["publicAccessCidrs"] == ["203.0.113.0/24"]
     key = aws_eks.by_type("aws:kms/key:Key")[0]
     assert key.inputs["enableKeyRotation"] is True
-    assert cluster["encryptionConfig"]["provider"]["keyArn"].endswith("ml-secrets-key")
+    key = aws_eks.by_name("ml-secrets-key")
+    assert (
+        cluster["encryptionConfig"]["provider"]["keyArn"]
+        == f"arn:aws:kms:us-east-1:123456789012:key/{key.id}"
+    )
 
 
 def test_deployer_gets_cluster_admin_through_an_access_entry(aws_eks):
@@ -294,7 +298,7 @@ def test_cluster_autoscaler_release(aws_eks):
 
 
 def test_autoscaler_can_write_only_to_this_clusters_groups(aws_eks):
-    policy = json.loads(aws_eks.by_type("aws:iam/rolePolicy:RolePolicy")[0].inputs["policy"])
+    policy = json.loads(aws_eks.by_name("ml-autoscaler-identity-policy").inputs["policy"])
     writes = [s for s in policy["Statement"] if "autoscaling:SetDesiredCapacity" in s["Action"]]
     assert len(writes) == 1
     assert writes[0]["Condition"] == {

@@ -56,8 +56,23 @@ def expected_autoscaler_policy() -> list[tuple[str, frozenset[str], str, str]]:
 
 
 def test_eks_autoscaler_reads_and_writes_only_groups_tagged_for_this_cluster(aws_eks: Recording):
-    (policy,) = aws_eks.by_type("aws:iam/rolePolicy:RolePolicy")
+    policy = aws_eks.by_name("ml-autoscaler-identity-policy")
     assert statements(policy.inputs["policy"]) == expected_autoscaler_policy()
+
+
+def test_eks_cluster_role_may_use_only_its_secrets_key(aws_eks: Recording):
+    key = aws_eks.by_name("ml-secrets-key")
+    policy = aws_eks.by_name("ml-cluster-secrets-key")
+    assert key.inputs["enableKeyRotation"] is True
+    assert statements(policy.inputs["policy"]) == [
+        (
+            "Allow",
+            frozenset({"kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey"}),
+            f"arn:aws:kms:us-east-1:123456789012:key/{key.id}",
+            "null",
+        )
+    ]
+    assert policy.urn in aws_eks.by_name("ml-eks").dependencies
 
 
 def test_k3s_servers_run_the_autoscaler_with_the_same_scoped_policy(aws_k3s: Recording):

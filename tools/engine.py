@@ -15,6 +15,7 @@ import logging
 import runpy
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -159,6 +160,9 @@ class RealisticMocks(pulumi_mocks.Mocks):
             outputs["privateIp"] = f"10.40.{octets[0] % 64}.{octets[1] % 250 + 4}"
         elif token == "aws:lb/loadBalancer:LoadBalancer":
             outputs["dnsName"] = f"{name}-{_fake_hex(name, 16)}.elb.{self.region}.amazonaws.com"
+        elif token == "aws:kms/key:Key":
+            id_ = str(uuid.UUID(hex=_fake_hex(name, 32)))
+            arn = f"arn:aws:kms:{self.region}:{ACCOUNT}:key/{id_}"
         elif token == "aws:secretsmanager/secret:Secret":
             arn = f"arn:aws:secretsmanager:{self.region}:{ACCOUNT}:secret:{name}-{_fake_hex(name, 6)}"
         elif token == "aws:ec2/launchTemplate:LaunchTemplate":

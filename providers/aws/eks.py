@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from providers.aws.iam import (
     EKS_CLUSTER_POLICIES,
     EKS_NODE_POLICIES,
     role_with_policies,
+    secrets_encryption_policy,
     service_trust_policy,
 )
 from providers.aws.location import aws_provider, cluster_tags, region_from_config
@@ -172,6 +174,12 @@ class EksCluster(pulumi.ComponentResource):
         cluster_role = role_with_policies(
             f"{name}-cluster", service_trust_policy("eks.amazonaws.com"), EKS_CLUSTER_POLICIES, parent=self
         )
+        key_access = aws.iam.RolePolicy(
+            f"{name}-cluster-secrets-key",
+            role=cluster_role.role.id,
+            policy=secrets_key.arn.apply(lambda arn: json.dumps(secrets_encryption_policy(arn))),
+            opts=pulumi.ResourceOptions(parent=cluster_role.role),
+        )
         cluster = aws.eks.Cluster(
             f"{name}-eks",
             name=spec.name,
@@ -199,7 +207,9 @@ class EksCluster(pulumi.ComponentResource):
             # extended support unnoticed (EKS UpgradePolicyRequest.supportType).
             upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type="STANDARD"),
             deletion_protection=spec.eks.deletion_protection,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group, *cluster_role.grants]),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[log_group, *cluster_role.grants, key_access]
+            ),
         )
         admin_access = self._admin_access(name, cluster.name, spec.eks.admins)
 

@@ -46,6 +46,22 @@ def pod_identity_trust_policy() -> dict[str, Any]:
     }
 
 
+def secrets_encryption_policy(key_arn: str) -> dict[str, Any]:
+    """What the EKS cluster role needs on its secrets key, on that key only (the actions terraform-aws-eks
+    grants its cluster role for envelope encryption)."""
+    return {
+        "Version": POLICY_VERSION,
+        "Statement": [
+            {
+                "Sid": "EncryptClusterSecrets",
+                "Effect": "Allow",
+                "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey"],
+                "Resource": key_arn,
+            }
+        ],
+    }
+
+
 def cluster_autoscaler_policy(cluster_name: str) -> dict[str, Any]:
     """The autoscaler's documented permissions, with every write limited to this cluster's groups.
 
