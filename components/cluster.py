@@ -30,6 +30,11 @@ from components.spec import ClusterSpec, GpuPoolSpec, TaintSpec, mig_pools, pool
 
 # Every GPU node carries a taint on this key so only pods that ask for GPUs (and tolerate it) land there.
 GPU_TAINT_KEY = "nvidia.com/gpu"
+# Nodes whose slots are not whole GPUs (time-sliced, MPS, MIG) also carry the taint
+# gpu-k8s.io/sharing=<mode>:NoSchedule.
+# Every slot is an `nvidia.com/gpu` to the scheduler: without it a training pod could land on a quarter of a
+# time-sliced GPU, or start a p5.48xlarge for one MIG slice. Pods meant for such pools tolerate it.
+SHARING_TAINT_KEY = "gpu-k8s.io/sharing"
 POOL_LABEL = "gpu-k8s.io/pool"
 
 
@@ -134,6 +139,11 @@ def resolve_pools(spec: ClusterSpec, catalog: Catalog, traits: PlatformTraits) -
         # without; the cost is that a fresh node looks ready a few minutes before its GPUs are.
         if accelerator_label is not None and offer.advertises_whole_gpu_resource:
             labels[accelerator_label] = model.id
+        sharing_taints = (
+            (TaintSpec(key=SHARING_TAINT_KEY, value=sharing.mode, effect="NoSchedule"),)
+            if sharing.mode != "none"
+            else ()
+        )
         pools.append(
             GpuPool(
                 spec=pool,
@@ -141,7 +151,7 @@ def resolve_pools(spec: ClusterSpec, catalog: Catalog, traits: PlatformTraits) -
                 sharing=sharing,
                 offer=offer,
                 node_labels=labels,
-                taints=(gpu_taint, *pool.taints),
+                taints=(gpu_taint, *sharing_taints, *pool.taints),
             )
         )
     return tuple(pools)

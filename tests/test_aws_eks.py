@@ -22,6 +22,8 @@ GPU_POOLS = {
 # Schedulable nvidia.com/gpu per node, worked out by hand: 1 L40S whole; 1 A10G x 4 time-slices;
 # 4 L4 x 4 MPS clients; 8 H100 x 7 MIG 1g.10gb slices (single strategy: advertised as nvidia.com/gpu).
 GPU_SLOTS_PER_NODE = {"l40s": 1, "a10g-shared": 4, "l4-mps": 16, "h100": 56}
+# Pools whose slot is not a whole GPU carry a second taint that only pods meant for them tolerate.
+SHARING_TAINT = {"a10g-shared": "timeSlicing", "l4-mps": "mps", "h100": "mig"}
 
 
 def zone_node_groups(rec: Recording) -> dict[str, list[Registration]]:
@@ -49,7 +51,15 @@ def test_one_gpu_node_group_per_pool_with_nvidia_ami_taint_labels_and_min_zero(a
         assert group["instanceTypes"] == [instance_type]
         assert group["capacityType"] == ("SPOT" if spot else "ON_DEMAND")
         assert group["scalingConfig"]["minSize"] == 0 and group["scalingConfig"]["desiredSize"] == 0
-        assert group["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+        sharing = (
+            [{"key": "gpu-k8s.io/sharing", "value": SHARING_TAINT[pool], "effect": "NO_SCHEDULE"}]
+            if pool in SHARING_TAINT
+            else []
+        )
+        assert group["taints"] == [
+            {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"},
+            *sharing,
+        ]
         assert group["labels"]["k8s.amazonaws.com/accelerator"] == model
 
 
@@ -131,7 +141,8 @@ def test_asg_template_tags_match_the_pool_spec(aws_eks, pool):
     labels = {k.removeprefix(f"{TEMPLATE_PREFIX}/label/"): v for k, v in tags.items() if "/label/" in k}
     assert labels == group["labels"]
     taints = {k.removeprefix(f"{TEMPLATE_PREFIX}/taint/"): v for k, v in tags.items() if "/taint/" in k}
-    assert taints == {"nvidia.com/gpu": "true:NoSchedule"}
+    sharing = {"gpu-k8s.io/sharing": f"{SHARING_TAINT[pool]}:NoSchedule"} if pool in SHARING_TAINT else {}
+    assert taints == {"nvidia.com/gpu": "true:NoSchedule", **sharing}
     resources = {
         k.removeprefix(f"{TEMPLATE_PREFIX}/resources/"): v for k, v in tags.items() if "/resources/" in k
     }

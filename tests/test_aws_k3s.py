@@ -539,7 +539,11 @@ def test_taints_without_a_value_render_as_key_and_effect(aws_k3s_config):
     rec = run_program("taints", config)
     script = user_data_files(agent_user_data(rec, "l4"))[cloudinit.BOOTSTRAP_FILE]
     node = node_drop_in(script)
-    assert node["node-taint"] == ["nvidia.com/gpu=true:NoSchedule", "example.com/dedicated:NoExecute"]
+    assert node["node-taint"] == [
+        "nvidia.com/gpu=true:NoSchedule",
+        "gpu-k8s.io/sharing=timeSlicing:NoSchedule",
+        "example.com/dedicated:NoExecute",
+    ]
     tags = {t["key"]: t["value"] for t in pool_groups(rec, "l4")[0].inputs["tags"]}
     assert tags["k8s.io/cluster-autoscaler/node-template/taint/example.com/dedicated"] == ":NoExecute"
 

@@ -594,3 +594,16 @@ def test_ebs_node_plugin_reads_its_node_from_kubernetes_not_imds(rendered):
 def test_aws_autoscaler_balances_a_pools_zones(rendered, plan):
     """Every AWS pool is one group per zone: the autoscaler spreads scale-ups over the alike groups."""
     assert container_flags(rendered[plan, "cluster-autoscaler"])["balance-similar-node-groups"] == "true"
+
+
+def test_operator_runs_on_shared_pools_despite_their_sharing_taint(rendered):
+    """GPU nodes of shared pools carry gpu-k8s.io/sharing; the operator's operands and NFD's worker must
+    still run there (the rendered ClusterPolicy and NFD DaemonSet tolerate it)."""
+    spec = cluster_policy(rendered, "aws_eks")
+    assert tolerates({"tolerations": spec["daemonsets"]["tolerations"]}, "gpu-k8s.io/sharing", "NoSchedule")
+    (worker,) = [
+        o
+        for o in rendered["aws_eks", "gpu-operator"].of_kind("DaemonSet")
+        if "worker" in o["metadata"]["name"]
+    ]
+    assert tolerates(worker["spec"]["template"]["spec"], "gpu-k8s.io/sharing", "NoSchedule")

@@ -88,8 +88,10 @@ def test_gpu_nodes_keep_gkes_device_plugin_and_carry_gkes_own_taint(gcp_gke):
         labels = registration.inputs["nodeConfig"]["labels"]
         assert labels == {"gpu-k8s.io/pool": name}, "no opt-out, device-plugin-config or MIG-config label"
         # The value GKE sets itself: a second value for the same key and effect is refused by the API.
+        sharing = {"l4": "timeSlicing", "a100": "mig"}.get(name)
         assert registration.inputs["nodeConfig"]["taints"] == [
-            {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"},
+            *([{"key": "gpu-k8s.io/sharing", "value": sharing, "effect": "NO_SCHEDULE"}] if sharing else []),
         ]
 
 

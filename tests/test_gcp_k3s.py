@@ -377,7 +377,10 @@ def test_kube_env_parses_like_the_autoscaler_and_matches_the_pool(gcp_k3s):
         "gpu-k8s.io/pool": "l4",
         "nvidia.com/device-plugin.config": "l4",
     }
-    assert l4["taints"] == {("nvidia.com/gpu", "true", "NoSchedule")}
+    assert l4["taints"] == {
+        ("nvidia.com/gpu", "true", "NoSchedule"),
+        ("gpu-k8s.io/sharing", "timeSlicing", "NoSchedule"),
+    }
     # 1 L4 time-sliced 4 ways: the template offers 4, overriding the 1 GPU the accelerators say.
     assert l4["resources"] == {"nvidia.com/gpu": "4"}
     assert (l4["os"], l4["os_distribution"], l4["arch"]) == ("linux", "ubuntu", "amd64")
