@@ -222,7 +222,11 @@ def test_aws_agent_boots_joins_with_its_instance_facts_and_reads_its_secret_once
         "k8s.amazonaws.com/accelerator=nvidia-l4",
         "nvidia.com/device-plugin.config=l4",
     } <= set(config["node-label"])
-    assert config["node-taint"] == ["nvidia.com/gpu=true:NoSchedule"]
+    # The l4 pool is time-sliced: its slots must be asked for.
+    assert config["node-taint"] == [
+        "nvidia.com/gpu=true:NoSchedule",
+        "gpu-k8s.io/sharing=timeSlicing:NoSchedule",
+    ]
     assert installer_call(result) == {
         "INSTALL_K3S_VERSION": K3S_VERSION,
         "INSTALL_K3S_EXEC": "agent",
@@ -260,7 +264,11 @@ def test_gce_agent_boots_with_its_instance_facts_and_reads_its_secret_once(gce_a
         "gpu-k8s.io/pool=l4",
         "nvidia.com/device-plugin.config=l4",
     } <= set(config["node-label"])
-    assert config["node-taint"] == ["nvidia.com/gpu=true:NoSchedule"]
+    # The l4 pool is time-sliced: its slots must be asked for.
+    assert config["node-taint"] == [
+        "nvidia.com/gpu=true:NoSchedule",
+        "gpu-k8s.io/sharing=timeSlicing:NoSchedule",
+    ]
     assert installer_call(result)["INSTALL_K3S_EXEC"] == "agent"
     assert_kernel_settings_applied_before_k3s(result)
     assert_hardened_kubelet(result)
