@@ -282,7 +282,7 @@ def test_each_pool_has_one_group_per_zone_with_its_limits_split_over_them(aws_k3
 def test_zone_limits_add_up_to_the_pools(min_nodes, max_nodes, zones, expected):
     from providers.aws.k3s import zone_limits
 
-    limits = zone_limits(min_nodes, max_nodes, zones)
+    limits = zone_limits(min_nodes, max_nodes, range(zones))
     assert [(z.min_nodes, z.max_nodes) for z in limits] == expected
     assert sum(z.max_nodes for z in limits) == max_nodes and sum(z.min_nodes for z in limits) == min_nodes
 

@@ -310,14 +310,6 @@ class RealisticMocks(pulumi_mocks.Mocks):
             else:
                 value = f"ami-{_fake_hex(name, 17)}"
             return {"name": name, "value": value, "type": "String"}, []
-        if args.token == "aws:index/getRegion:getRegion":
-            return {
-                "region": self.region,
-                "name": self.region,
-                "id": self.region,
-                "endpoint": f"ec2.{self.region}.amazonaws.com",
-                "description": self.region,
-            }, []
         if args.token == "aws:eks/getAddonVersion:getAddonVersion":
             # Shaped like EKS's answer (vX.Y.Z-eksbuild.N); the numbers are derived, not real releases.
             seed = f"{args.args['addonName']}/{args.args['kubernetesVersion']}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,19 +53,25 @@ def aws_node_template(pool: GpuPool, cluster_unneeded_time: str) -> NodeTemplate
 
 @dataclass(frozen=True)
 class ZoneLimits:
+    """One zone's group of a pool: the private subnet (by index) and its share of the pool's limits."""
+
+    zone_index: int
     min_nodes: int
     max_nodes: int
 
 
-def zone_limits(min_nodes: int, max_nodes: int, zones: int) -> list[ZoneLimits]:
+def zone_limits(min_nodes: int, max_nodes: int, zone_indexes: Sequence[int]) -> list[ZoneLimits]:
     """A pool's limits split over its per-zone groups so that they add up to the pool's: as many zones as
     the pool may have nodes, the remainder to the first ones (the autoscaler balances similar groups)."""
-    used = min(zones, max_nodes)
+    used = zone_indexes[:max_nodes]
 
-    def share(total: int, index: int) -> int:
-        return total // used + (1 if index < total % used else 0)
+    def share(total: int, position: int) -> int:
+        return total // len(used) + (1 if position < total % len(used) else 0)
 
-    return [ZoneLimits(share(min_nodes, index), share(max_nodes, index)) for index in range(used)]
+    return [
+        ZoneLimits(zone_index, share(min_nodes, position), share(max_nodes, position))
+        for position, zone_index in enumerate(used)
+    ]
 
 
 def autoscaler_cloud_values(cluster_name: str, region: str) -> dict[str, Any]:

@@ -155,7 +155,12 @@ class EksCluster(pulumi.ComponentResource):
         super().__init__("gpu-k8s:aws:EksCluster", name, None, opts)
         spec, child = args.spec, pulumi.ResourceOptions(parent=self)
         network = Network(
-            f"{name}-network", spec.name, spec.network, [z.name for z in args.zones.zones], opts=child
+            f"{name}-network",
+            spec.name,
+            spec.network,
+            args.region,
+            [z.name for z in args.zones.zones],
+            opts=child,
         )
 
         secrets_key = aws.kms.Key(

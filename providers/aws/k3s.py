@@ -203,7 +203,12 @@ class AwsK3sCluster(pulumi.ComponentResource):
         super().__init__("gpu-k8s:aws:K3sCluster", name, None, opts)
         spec, child = args.spec, pulumi.ResourceOptions(parent=self)
         network = Network(
-            f"{name}-network", spec.name, spec.network, [z.name for z in args.zones.zones], opts=child
+            f"{name}-network",
+            spec.name,
+            spec.network,
+            args.region,
+            [z.name for z in args.zones.zones],
+            opts=child,
         )
         groups = self._security_groups(name, spec, network.vpc_id)
 
@@ -551,10 +556,10 @@ class AwsK3sCluster(pulumi.ComponentResource):
         ]
         return [
             aws.autoscaling.Group(
-                f"{name}-asg-{zone_index}",
+                f"{name}-asg-{limits.zone_index}",
                 min_size=limits.min_nodes,
                 max_size=limits.max_nodes,
-                vpc_zone_identifiers=[network.private_subnet_ids[zone_index]],
+                vpc_zone_identifiers=[network.private_subnet_ids[limits.zone_index]],
                 launch_template=aws.autoscaling.GroupLaunchTemplateArgs(id=template.id, version="$Latest"),
                 # Spot: replace a node at risk of interruption before it is taken.
                 capacity_rebalance=pool.spec.spot,
@@ -566,11 +571,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                     parent=self, depends_on=list(boot_after), ignore_changes=["desiredCapacity"]
                 ),
             )
-            for zone_index, limits in zip(
-                zone_indexes,
-                zone_limits(pool.spec.min_nodes, pool.spec.max_nodes, len(zone_indexes)),
-                strict=False,
-            )
+            for limits in zone_limits(pool.spec.min_nodes, pool.spec.max_nodes, zone_indexes)
         ]
 
 

@@ -55,6 +55,7 @@ class Network(pulumi.ComponentResource):
         name: str,
         cluster_name: str,
         spec: NetworkSpec,
+        region: str,
         zone_names: Sequence[str],
         opts: pulumi.ResourceOptions | None = None,
     ):
@@ -121,11 +122,10 @@ class Network(pulumi.ComponentResource):
             private_route_tables.append(private_routes)
         # Image layers and S3 data go to S3 directly (a gateway endpoint is free) instead of through the NAT
         # gateways, which bill per GB: a GPU node pulls multi-GB CUDA images on every scale-up.
-        region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self)).region
         aws.ec2.VpcEndpoint(
             f"{name}-s3",
             vpc_id=vpc.id,
-            service_name=pulumi.Output.concat("com.amazonaws.", region, ".s3"),
+            service_name=f"com.amazonaws.{region}.s3",
             vpc_endpoint_type="Gateway",
             route_table_ids=[table.id for table in private_route_tables],
             tags={"Name": f"{cluster_name}-s3"},

@@ -250,8 +250,8 @@ class GpuNodePool(pulumi.ComponentResource):
         template = _launch_template(name, spec.disk_size_gib, {**ctx.launch_tags, "Name": name}, self)
         tags = scale_from_zero_tags(aws_node_template(pool, ctx.cluster_unneeded_time))
         self.node_groups = []
-        limits_per_zone = zone_limits(spec.min_nodes, spec.max_nodes, len(zone_indexes))
-        for zone, limits in zip(zone_indexes, limits_per_zone, strict=False):
+        for limits in zone_limits(spec.min_nodes, spec.max_nodes, zone_indexes):
+            zone = limits.zone_index
             shape = NodeShape(
                 instance_type=spec.instance_type,
                 ami_type=gpu_ami_type(pool.machine),
