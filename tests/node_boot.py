@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import http.server
+import ipaddress
 import json
 import os
 import shutil
@@ -68,7 +69,9 @@ class Scenario:
     secret_id: str  # as the user data names it
     secret_payload: str
     facts: dict[str, str]  # zone, instance_type, instance_id (aws) / name, project (gce)
-    server_address: str | None = None  # agents and joining servers wait for it
+    server_address: str | None = None  # the registration address agents wait for: an IP or a DNS name
+    peer_addresses: list[str] = field(default_factory=list)  # a server's other servers (IPs)
+    answering_peers: list[str] = field(default_factory=list)  # those of them that run k3s already
     secret_store_failures: int = 0  # the first N secret reads answer 503; -1: every one
     # AWS: what the instance profile's credentials are worth: valid, a wrong secret key (the store must
     # refuse the signature), or valid but without read permission (the store must refuse the call).
@@ -382,6 +385,14 @@ def _make_tls(workdir: Path, hosts: list[str]) -> tuple[ssl.SSLContext, str]:
     return context, str(workdir / "ca.pem")
 
 
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _sh(*args: str) -> None:
     subprocess.run(args, check=True)
 
@@ -449,8 +460,11 @@ def main(workdir: Path) -> None:
     scenario = Scenario(**json.loads((workdir / "scenario.json").read_text()))
     _sh("ip", "link", "set", "lo", "up")
     _sh("ip", "addr", "add", f"{METADATA_ADDRESS}/32", "dev", "lo")
-    if scenario.server_address:
-        _sh("ip", "addr", "add", f"{scenario.server_address}/32", "dev", "lo")
+    # Servers the node may ask, each on an address of its own; a DNS name (an AWS balancer) gets one too.
+    addresses: dict[str, str] = {}
+    for host in filter(None, [scenario.server_address, *scenario.peer_addresses]):
+        addresses[host] = host if _is_address(host) else f"10.255.255.{len(addresses) + 1}"
+        _sh("ip", "addr", "add", f"{addresses[host]}/32", "dev", "lo")
     fakes = Fakes(scenario)
     secrets_host = (
         f"secretsmanager.{scenario.region}.amazonaws.com" if scenario.cloud == "aws" else GCP_SECRETS_HOST
@@ -463,13 +477,17 @@ def main(workdir: Path) -> None:
     if isinstance(world, AwsWorld):
         # The store names the secret (its ARN ends in a suffix it picks); the node is told that ARN.
         user_data = user_data.replace(scenario.secret_id, world.set_up())
+    answering = [*scenario.answering_peers]
     if scenario.server_address and scenario.server_up:
-        _serve(scenario.server_address, 6443, _handler(fakes, lambda *a: _text(200, "server CA bundle")), tls)
+        answering.append(scenario.server_address)
+    for host in answering:
+        _serve(addresses[host], 6443, _handler(fakes, lambda *a: _text(200, "server CA bundle")), tls)
     hosts = workdir / "hosts"
     hosts.write_text(
         "127.0.0.1 localhost\n"
         f"127.0.0.1 {secrets_host} {INSTALLER_HOST}\n"
         f"{METADATA_ADDRESS} metadata.google.internal\n"
+        + "".join(f"{address} {host}\n" for host, address in addresses.items() if host != address)
     )
     root = _prepare_root(workdir, hosts, ca_bundle)
     exit_code = _cloud_init(root, yaml.safe_load(user_data))

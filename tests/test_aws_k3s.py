@@ -183,6 +183,9 @@ def test_security_group_rules_are_exactly_the_k3s_ports(aws_k3s):
         ("servers", "tcp", 6443, 6443, "api"),
         ("servers", "tcp", 2379, 2380, "servers"),
         ("api", "tcp", 6443, 6443, "203.0.113.0/24"),
+        # Agents register through the internal balancer, which forwards to the servers only.
+        ("registration", "tcp", 6443, 6443, "nodes"),
+        ("servers", "tcp", 6443, 6443, "registration"),
     }
     egress = {
         (
@@ -191,20 +194,41 @@ def test_security_group_rules_are_exactly_the_k3s_ports(aws_k3s):
         )
         for rule in aws_k3s.by_type(EGRESS)
     }
-    # The load balancer reaches only the servers; nodes reach registries and AWS APIs.
-    assert egress == {("api", "servers"), ("nodes", "0.0.0.0/0"), ("servers", "0.0.0.0/0")}
+    # The load balancers reach only the servers; nodes reach registries and AWS APIs.
+    assert egress == {
+        ("api", "servers"),
+        ("registration", "servers"),
+        ("nodes", "0.0.0.0/0"),
+        ("servers", "0.0.0.0/0"),
+    }
 
 
-def test_one_server_by_default_and_it_opens_no_etcd_ports(aws_k3s_config):
+def test_one_server_by_default_opens_no_etcd_ports_and_is_its_own_registration_address(aws_k3s_config):
     config = copy.deepcopy(aws_k3s_config)
     del config["gpu-k8s:cluster"]["systemPool"]["nodes"]
     rec = run_program("single", config)
     assert not [r for r in rec.by_type(INGRESS) if int(r.inputs["fromPort"]) == 2379]
     assert len(rec.by_type("aws:ec2/instance:Instance")) == 1
-    config_yaml = yaml.safe_load(
-        user_data_files(rec.by_name("ml-server-0").inputs["userData"])[f"{cloudinit.CONFIG_DIR}/config.yaml"]
+    # No balancer in front of one server: agents register at its own lasting address.
+    assert [lb.name for lb in rec.by_type("aws:lb/loadBalancer:LoadBalancer")] == ["ml-api"]
+    assert not [g for g in rec.by_type("aws:ec2/securityGroup:SecurityGroup") if "registration" in g.name]
+    assert (
+        agent_server_url(rec, "l4") == f"https://{rec.by_name('ml-server-0-eni').outputs['privateIp']}:6443"
     )
-    assert "cluster-init" not in config_yaml and "server" not in config_yaml
+    # It founds the cluster without asking anyone; embedded etcd, so snapshots exist.
+    script = user_data_files(rec.by_name("ml-server-0").inputs["userData"])[cloudinit.BOOTSTRAP_FILE]
+    assert "the only server: founding the cluster" in script and "peers=(" not in script
+
+
+def agent_server_url(rec: Recording, pool: str) -> str:
+    user_data = base64.b64decode(rec.by_name(f"ml-gpu-{pool}-lt").inputs["userData"]).decode()
+    return yaml.safe_load(user_data_files(user_data)[f"{cloudinit.CONFIG_DIR}/config.yaml"])["server"]
+
+
+def server_peers(rec: Recording, index: int) -> list[str]:
+    script = user_data_files(rec.by_name(f"ml-server-{index}").inputs["userData"])[cloudinit.BOOTSTRAP_FILE]
+    (line,) = [line for line in script.splitlines() if line.startswith("peers=(")]
+    return line.removeprefix("peers=(").removesuffix(")").split()
 
 
 # --- servers, agents and templates ---
@@ -230,21 +254,42 @@ def test_servers_are_private_imdsv2_encrypted_with_stable_addresses(aws_k3s):
         assert inputs["metadataOptions"]["httpPutResponseHopLimit"] == 2
         files = user_data_files(inputs["userData"])
         config = yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])
-        # The name the kubeconfig reaches the API by is in every server's certificate.
-        assert config["tls-san"] == [api_host]
-        if index == 0:
-            assert config["cluster-init"] is True
-        else:
-            assert config["server"].startswith("https://10.") and config["server"].endswith(":6443")
+        # The names the kubeconfig and the agents reach the API by are in every server's certificate.
+        registration = aws_k3s.by_name("ml-registration").outputs["dnsName"]
+        assert config["tls-san"] == [api_host, registration]
+        assert "cluster-init" not in config and "server" not in config
+        # Each server asks the two others, at their lasting interface addresses; server 0 alone may found.
+        others = [aws_k3s.by_name(f"ml-server-{i}-eni").outputs["privateIp"] for i in range(3) if i != index]
+        assert server_peers(aws_k3s, index) == [f"https://{ip}:6443" for ip in others]
+        script = files[cloudinit.BOOTSTRAP_FILE]
+        assert ("founding the cluster" in script) == (index == 0)
 
 
-def test_load_balancer_forwards_6443_to_every_server(aws_k3s):
-    targets = aws_k3s.by_type("aws:lb/targetGroupAttachment:TargetGroupAttachment")
-    assert len(targets) == 3
-    group = aws_k3s.by_name("ml-api-targets").inputs
-    assert (group["port"], group["protocol"], group["targetType"]) == (6443, "TCP", "ip")
-    listener = aws_k3s.by_name("ml-api-listener").inputs
+@pytest.mark.parametrize(
+    ("balancer", "internal", "subnets"), [("api", False, "public"), ("registration", True, "private")]
+)
+def test_both_load_balancers_forward_6443_to_every_server(aws_k3s, balancer, internal, subnets):
+    load_balancer = aws_k3s.by_name(f"ml-{balancer}").inputs
+    assert load_balancer["internal"] is internal
+    assert load_balancer["subnets"] == [aws_k3s.by_name(f"ml-network-{subnets}-{i}").id for i in range(3)]
+    group = aws_k3s.by_name(f"ml-{balancer}-targets")
+    assert (group.inputs["port"], group.inputs["protocol"], group.inputs["targetType"]) == (6443, "TCP", "ip")
+    listener = aws_k3s.by_name(f"ml-{balancer}-listener").inputs
     assert (listener["port"], listener["protocol"]) == (6443, "TCP")
+    targets = {
+        t.inputs["targetId"]
+        for t in aws_k3s.by_type("aws:lb/targetGroupAttachment:TargetGroupAttachment")
+        if t.inputs["targetGroupArn"] == group.outputs["arn"]
+    }
+    assert targets == {aws_k3s.by_name(f"ml-server-{i}-eni").outputs["privateIp"] for i in range(3)}
+
+
+def test_agents_register_through_the_internal_balancer(aws_k3s):
+    """Any running server takes a new GPU node: server 0 is no single point of failure for scale-up."""
+    registration = aws_k3s.by_name("ml-registration").outputs["dnsName"]
+    assert registration.startswith("internal-")
+    for pool in ("l4", "h100"):
+        assert agent_server_url(aws_k3s, pool) == f"https://{registration}:6443"
 
 
 def pool_groups(rec: Recording, pool: str) -> list[Registration]:

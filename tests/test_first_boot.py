@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import re
+import shlex
 import stat
 from pathlib import Path
 from typing import Any
@@ -75,14 +76,18 @@ def aws_agent_scenario(aws_k3s: Recording, **changes: Any) -> Scenario:
     )
 
 
-def aws_server_scenario(aws_k3s: Recording) -> Scenario:
-    user_data = aws_k3s.by_name("ml-server-0").inputs["userData"]
+def aws_server_scenario(aws_k3s: Recording, index: int = 0, answering: int = 0) -> Scenario:
+    """Server `index` booting while the first `answering` of its peers already run k3s."""
+    user_data = aws_k3s.by_name(f"ml-server-{index}").inputs["userData"]
+    peers = peer_addresses(user_data)
     return Scenario(
         cloud="aws",
         user_data=user_data,
         secret_id=secret_arn_in(user_data),
         secret_payload=secret_payload(aws_k3s, "ml-servers-bootstrap-value"),
         facts=AWS_SERVER_FACTS,
+        peer_addresses=peers,
+        answering_peers=peers[:answering],
     )
 
 
@@ -103,14 +108,22 @@ def gce_agent_scenario(gcp_k3s: Recording, **changes: Any) -> Scenario:
     )
 
 
-def gce_server_scenario(gcp_k3s: Recording) -> Scenario:
+def gce_server_scenario(gcp_k3s: Recording, index: int = 0, answering: int = 0) -> Scenario:
+    user_data = gce_user_data(gcp_k3s, f"ml-server-{index}")
+    peers = peer_addresses(user_data)
     return Scenario(
         cloud="gce",
-        user_data=gce_user_data(gcp_k3s, "ml-server-0"),
+        user_data=user_data,
         secret_id="projects/gpu-k8s-demo/secrets/ml-k3s-servers",
         secret_payload=secret_payload(gcp_k3s, "ml-servers-bootstrap-value"),
         facts=GCE_SERVER_FACTS,
+        peer_addresses=peers,
+        answering_peers=peers[:answering],
     )
+
+
+def server_scenario(cloud: str, aws_k3s: Recording, gcp_k3s: Recording, **which: int) -> Scenario:
+    return aws_server_scenario(aws_k3s, **which) if cloud == "aws" else gce_server_scenario(gcp_k3s, **which)
 
 
 def written_files(user_data: str) -> dict[str, str]:
@@ -121,6 +134,14 @@ def secret_arn_in(user_data: str) -> str:
     script = written_files(user_data)["/usr/local/lib/gpu-k8s/bootstrap.sh"]
     (arn,) = {word for word in script.replace('"', " ").split() if word.startswith("arn:aws:secretsmanager:")}
     return arn
+
+
+def peer_addresses(user_data: str) -> list[str]:
+    """The other servers a server's boot script asks, as their addresses."""
+    script = written_files(user_data)["/usr/local/lib/gpu-k8s/bootstrap.sh"]
+    (line,) = [line for line in script.splitlines() if line.startswith("peers=(")]
+    urls = shlex.split(line.removeprefix("peers=(").removesuffix(")"))
+    return [url.removeprefix("https://").removesuffix(":6443") for url in urls]
 
 
 def server_address(user_data: str) -> str:
@@ -289,8 +310,10 @@ def test_gce_spot_agent_gets_the_graceful_shutdown_drop_in(gce_agent_boot):
 
 
 @pytest.mark.parametrize("cloud", ["aws", "gce"])
-def test_first_server_writes_its_pki_and_starts_k3s_server(cloud, aws_k3s, gcp_k3s, tmp_path):
-    scenario = aws_server_scenario(aws_k3s) if cloud == "aws" else gce_server_scenario(gcp_k3s)
+def test_first_server_writes_its_pki_and_founds_the_cluster_when_no_other_server_answers(
+    cloud, aws_k3s, gcp_k3s, tmp_path
+):
+    scenario = server_scenario(cloud, aws_k3s, gcp_k3s)
     result = boot(scenario, tmp_path)
     assert result.exit_code == 0, result.console
     assert result.records["secret_reads"] == 1
@@ -304,7 +327,11 @@ def test_first_server_writes_its_pki_and_starts_k3s_server(cloud, aws_k3s, gcp_k
     assert mode(result.file(TLS_DIR)) == 0o700
     assert mode(result.file("/var/lib/rancher/k3s/server/logs")) == 0o700
     config = yaml.safe_load(result.file(f"{CONFIG_DIR}/config.yaml").read_text())
-    assert config["cluster-init"] is True and "server" not in config
+    # It asked both other servers, three times, before founding the cluster.
+    assert len(scenario.peer_addresses) == 2
+    assert node_config(result)["cluster-init"] is True and "server" not in node_config(result)
+    assert "no other server answers (check 3 of 3)" in result.console
+    assert result.records["fakes"]["sleeps"].split() == ["10", "10", "10"]
     # Servers take no workloads: they hold the cluster's keys.
     assert config["node-taint"] == ["CriticalAddonsOnly=true:NoExecute"]
     assert "gpu-k8s.io/pool=system" in node_config(result)["node-label"]
@@ -312,6 +339,46 @@ def test_first_server_writes_its_pki_and_starts_k3s_server(cloud, aws_k3s, gcp_k
     assert_kernel_settings_applied_before_k3s(result)
     assert_hardened_kubelet(result)
     assert_nothing_secret_printed(result, scenario)
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gce"])
+def test_a_replaced_first_server_joins_the_running_cluster_instead_of_founding_another(
+    cloud, aws_k3s, gcp_k3s, tmp_path
+):
+    """Split brain is what this prevents: a fresh server 0 with cluster-init would found a second cluster
+    next to the one the other servers still run."""
+    scenario = server_scenario(cloud, aws_k3s, gcp_k3s, answering=2)
+    result = boot(scenario, tmp_path)
+    assert result.exit_code == 0, result.console
+    config = node_config(result)
+    assert config["server"] == f"https://{scenario.peer_addresses[0]}:6443" and "cluster-init" not in config
+    assert "sleeps" not in result.records["fakes"]
+    assert installer_call(result)["INSTALL_K3S_EXEC"] == "server"
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gce"])
+def test_another_server_waits_for_any_running_server_and_joins_it(cloud, aws_k3s, gcp_k3s, tmp_path):
+    """Server 1 comes up while only server 0 runs (the first `up`): it never founds a cluster of its own."""
+    scenario = server_scenario(cloud, aws_k3s, gcp_k3s, index=1)
+    scenario.answering_peers = scenario.peer_addresses[:1]
+    result = boot(scenario, tmp_path)
+    assert result.exit_code == 0, result.console
+    config = node_config(result)
+    assert config["server"] == f"https://{scenario.peer_addresses[0]}:6443" and "cluster-init" not in config
+    # Server 2 does not answer: server 0 does, and the founder is no special case for the others.
+    scenario = server_scenario(cloud, aws_k3s, gcp_k3s, index=1)
+    scenario.answering_peers = scenario.peer_addresses[1:]
+    (tmp_path / "second").mkdir()
+    config = node_config(boot(scenario, tmp_path / "second"))
+    assert config["server"] == f"https://{scenario.peer_addresses[1]}:6443"
+
+
+def test_a_server_that_finds_no_running_server_never_founds_one(aws_k3s, tmp_path):
+    result = boot(aws_server_scenario(aws_k3s, index=2), tmp_path, timeout=300)
+    assert result.exit_code == 1
+    assert result.console.splitlines()[-1] == "gpu-k8s: waiting for another server to join: giving up"
+    assert "cluster-init" not in result.file(NODE_CONFIG).read_text()
+    assert "installer" not in result.records["fakes"]
 
 
 # --- failures -------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ FIREWALL = "gcp:compute/firewall:Firewall"
 INSTANCE = "gcp:compute/instance:Instance"
 TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
 GROUP_MANAGER = "gcp:compute/instanceGroupManager:InstanceGroupManager"
+FORWARDING_RULE = "gcp:compute/forwardingRule:ForwardingRule"
 SERVERS_SA = "serviceAccount:ml-k3s-servers@gpu-k8s-demo.iam.gserviceaccount.com"
 AGENTS_SA = "serviceAccount:ml-k3s-agents@gpu-k8s-demo.iam.gserviceaccount.com"
 # cloudprovider/gce/gce_url.go: the instance group URL the autoscaler's --nodes flag takes.
@@ -200,7 +201,8 @@ def test_firewall_is_exactly_the_k3s_ports_between_the_clusters_identities(gcp_k
         "api-health-checks": (
             "tcp",
             ("6443",),
-            ("35.191.0.0/16", "209.85.152.0/22", "209.85.204.0/22"),
+            # External passthrough probes, and internal passthrough ones (130.211.0.0/22) for registration.
+            ("130.211.0.0/22", "209.85.152.0/22", "209.85.204.0/22", "35.191.0.0/16"),
             (servers,),
         ),
         "api-nodes": ("tcp", ("6443",), (servers, agents), (servers,)),
@@ -212,18 +214,58 @@ def test_firewall_is_exactly_the_k3s_ports_between_the_clusters_identities(gcp_k
         assert rule.inputs["direction"] == "INGRESS"
 
 
-def test_one_server_opens_no_etcd_port(gcp_k3s_config):
+def test_one_server_opens_no_etcd_port_and_is_its_own_registration_address(gcp_k3s_config):
     config = copy.deepcopy(gcp_k3s_config)
     config["gpu-k8s:cluster"]["systemPool"]["nodes"] = 1
     rec = run_program("single", config)
     assert len(rec.by_type(INSTANCE)) == 1
     assert not [r for r in rec.by_type(FIREWALL) if r.name == "ml-etcd"]
-    server_config = yaml.safe_load(
-        user_data_files(rec.by_name("ml-server-0").inputs["metadata"]["user-data"])[
-            f"{cloudinit.CONFIG_DIR}/config.yaml"
-        ]
+    assert [r.name for r in rec.by_type(FORWARDING_RULE)] == ["ml-api"]
+    server_address = rec.by_name("ml-server-0-address").outputs["address"]
+    assert agent_server_url(rec) == f"https://{server_address}:6443"
+    script = server_files(rec, 0)[cloudinit.BOOTSTRAP_FILE]
+    assert "the only server: founding the cluster" in script and "peers=(" not in script
+
+
+def server_files(rec: Recording, index: int) -> dict[str, str]:
+    return user_data_files(rec.by_name(f"ml-server-{index}").inputs["metadata"]["user-data"])
+
+
+def agent_server_url(rec: Recording) -> str:
+    files = user_data_files(rec.by_name("ml-gpu-l4-template").inputs["metadata"]["user-data"])
+    return yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])["server"]
+
+
+def test_agents_register_through_an_internal_balancer_in_front_of_every_server(gcp_k3s):
+    address = gcp_k3s.by_name("ml-registration-address")
+    assert address.inputs["addressType"] == "INTERNAL"
+    assert address.inputs["subnetwork"] == gcp_k3s.by_name("ml-network-nodes").id
+    rule = gcp_k3s.by_name("ml-registration").inputs
+    assert (rule["ipAddress"], rule["ports"], rule["loadBalancingScheme"]) == (
+        address.outputs["address"],
+        ["6443"],
+        "INTERNAL",
     )
-    assert "cluster-init" not in server_config
+    assert rule["subnetwork"] == address.inputs["subnetwork"]
+    backend = gcp_k3s.by_name("ml-registration-backend").inputs
+    assert backend["loadBalancingScheme"] == "INTERNAL"
+    # The same server groups as the API's balancer (GKE's controllers share instance groups between
+    # internal and external balancers the same way).
+    api_backend = gcp_k3s.by_name("ml-api-backend").inputs
+    assert backend["backends"] == api_backend["backends"] and len(backend["backends"]) == 3
+    assert agent_server_url(gcp_k3s) == f"https://{address.outputs['address']}:6443"
+
+
+def test_each_server_asks_the_others_at_their_reserved_addresses_and_only_server_0_founds(gcp_k3s):
+    addresses = [gcp_k3s.by_name(f"ml-server-{i}-address").outputs["address"] for i in range(3)]
+    for index in range(3):
+        script = server_files(gcp_k3s, index)[cloudinit.BOOTSTRAP_FILE]
+        (line,) = [line for line in script.splitlines() if line.startswith("peers=(")]
+        others = [f"https://{a}:6443" for i, a in enumerate(addresses) if i != index]
+        assert line == f"peers=({' '.join(others)})"
+        assert ("founding the cluster" in script) == (index == 0)
+        instance = gcp_k3s.by_name(f"ml-server-{index}").inputs
+        assert instance["networkInterfaces"][0]["networkIp"] == addresses[index]
 
 
 def test_static_address_is_in_tls_san_the_kubeconfig_and_the_load_balancer(gcp_k3s):
@@ -235,7 +277,8 @@ def test_static_address_is_in_tls_san_the_kubeconfig_and_the_load_balancer(gcp_k
         config = yaml.safe_load(
             user_data_files(server.inputs["metadata"]["user-data"])[f"{cloudinit.CONFIG_DIR}/config.yaml"]
         )
-        assert config["tls-san"] == [address["address"]]
+        registration = gcp_k3s.by_name("ml-registration-address").outputs["address"]
+        assert config["tls-san"] == [address["address"], registration]
     kubeconfig = gcp_k3s.by_name("ml-k8s").inputs["kubeconfig"]
     assert isinstance(kubeconfig, Secret)
     assert (

@@ -33,12 +33,19 @@ SERVER = ServerNode(
     k3s_version="v1.36.3+k3s1",
     tls_sans=["ml-api-0123456789abcdef.elb.us-east-1.amazonaws.com"],
     secret_name="arn:aws:secretsmanager:us-east-1:123456789012:secret:ml-servers-bootstrap-abc123",
-    join_url=None,
-    embedded_etcd=True,
+    peer_urls=["https://10.40.4.21:6443", "https://10.40.5.9:6443"],
+    founder=True,
     labels={"gpu-k8s.io/pool": "system"},
     exempt_namespaces=["gpu-operator"],
 )
-JOINING_SERVER = ServerNode(**{**SERVER.__dict__, "join_url": "https://10.40.3.17:6443"})
+JOINING_SERVER = ServerNode(
+    **{
+        **SERVER.__dict__,
+        "peer_urls": ["https://10.40.3.17:6443", "https://10.40.5.9:6443"],
+        "founder": False,
+    }
+)
+SINGLE_SERVER = ServerNode(**{**SERVER.__dict__, "peer_urls": []})
 AGENT = AgentNode(
     k3s_version="v1.36.3+k3s1",
     server_url="https://10.40.3.17:6443",
@@ -68,6 +75,7 @@ GCE_SPOT_AGENT = AgentNode(
 RENDERED = {
     "aws-server.yaml": lambda: cloudinit.server_cloud_config(SERVER, aws_node_bootstrap()),
     "aws-joining-server.yaml": lambda: cloudinit.server_cloud_config(JOINING_SERVER, aws_node_bootstrap()),
+    "aws-single-server.yaml": lambda: cloudinit.server_cloud_config(SINGLE_SERVER, aws_node_bootstrap()),
     "aws-agent.yaml": lambda: cloudinit.agent_cloud_config(AGENT, aws_node_bootstrap()),
     "gce-server.yaml": lambda: cloudinit.server_cloud_config(GCE_SERVER, gce_node_bootstrap()),
     "gce-spot-agent.yaml": lambda: cloudinit.agent_cloud_config(GCE_SPOT_AGENT, gce_node_bootstrap()),
@@ -163,15 +171,12 @@ def test_server_config_is_hardened_and_reads_tokens_from_files():
     assert config["agent-token-file"] == cloudinit.AGENT_TOKEN_FILE
     assert config["tls-san"] == list(SERVER.tls_sans)
     assert config["secrets-encryption"] is True and config["protect-kernel-defaults"] is True
-    assert config["cluster-init"] is True and "server" not in config
+    # Founding or joining is decided at boot (tests/test_first_boot.py runs both).
+    assert "cluster-init" not in config and "server" not in config
     assert "local-storage" in config["disable"]
     apiserver = config["kube-apiserver-arg"]
     assert f"audit-policy-file={cloudinit.AUDIT_POLICY_FILE}" in apiserver
     assert f"admission-control-config-file={cloudinit.ADMISSION_CONFIG_FILE}" in apiserver
-    joining = yaml.safe_load(
-        user_data_files(RENDERED["aws-joining-server.yaml"]())[f"{cloudinit.CONFIG_DIR}/config.yaml"]
-    )
-    assert joining["server"] == JOINING_SERVER.join_url and "cluster-init" not in joining
 
 
 def test_kernel_settings_are_applied_before_k3s_starts():

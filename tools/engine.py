@@ -81,6 +81,8 @@ class Registration:
     options: dict[str, Any]
     # The id the mock provider gave it (what other resources receive when they reference it).
     id: str = ""
+    # What the mock provider answered, as other resources receive it (addresses, DNS names, ARNs).
+    outputs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def provider_urn(self) -> str:
@@ -159,7 +161,9 @@ class RealisticMocks(pulumi_mocks.Mocks):
             octets = bytes.fromhex(_fake_hex(name, 4))
             outputs["privateIp"] = f"10.40.{octets[0] % 64}.{octets[1] % 250 + 4}"
         elif token == "aws:lb/loadBalancer:LoadBalancer":
-            outputs["dnsName"] = f"{name}-{_fake_hex(name, 16)}.elb.{self.region}.amazonaws.com"
+            # Internal balancers' names start with "internal-" (ELB user guide, "Internal load balancers").
+            scheme = "internal-" if args.inputs.get("internal") else ""
+            outputs["dnsName"] = f"{scheme}{name}-{_fake_hex(name, 16)}.elb.{self.region}.amazonaws.com"
         elif token == "aws:kms/key:Key":
             id_ = str(uuid.UUID(hex=_fake_hex(name, 32)))
             arn = f"arn:aws:kms:{self.region}:{ACCOUNT}:key/{id_}"
@@ -385,6 +389,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             provider=request.provider,
             options={k: v for k, v in options.items() if v},
             id=response.id,
+            outputs=_unwrap_secrets(rpc.deserialize_properties(response.object)),
         )
         with self.lock:
             self.recording.registrations.append(registration)

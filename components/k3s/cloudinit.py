@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,9 @@ DISABLED_ADDONS = ("traefik", "servicelb", "local-storage")
 # First-boot steps that wait on something else (the server, the node's identity reaching the secret store)
 # are tried this many times, waiting longer each time (about 30 minutes in all).
 ATTEMPTS = 60
+# How often the first server asks the others whether a cluster already runs before it founds one. On the
+# cluster's first boot none can answer (they wait for it); after a replacement they answer at once.
+PEER_CHECKS = 3
 
 PodSecurityLevel = Literal["baseline", "restricted"]
 
@@ -101,10 +105,15 @@ class ServerNode:
     # Names the API is reached by from outside (the load balancer): certificate SANs.
     tls_sans: Sequence[str]
     secret_name: str
-    # None for the first server; the first server's URL for the others.
-    join_url: str | None
-    # Embedded etcd (three servers); a single server keeps k3s's default datastore.
-    embedded_etcd: bool
+    # The other servers' fixed URLs (their addresses outlive their instances): a booting server joins the
+    # first that answers. Servers reach each other directly, never through a load balancer in front of
+    # themselves: on Compute Engine the guest agent routes a balancer's address locally on each of its
+    # backends (Google Cloud, "Internal passthrough Network Load Balancer overview"), so a server asking
+    # the balancer would only reach itself.
+    peer_urls: Sequence[str]
+    # The first server founds the cluster when no other server answers, as on the cluster's first boot; when
+    # it is replaced later, the others answer and it joins them. The others only ever join.
+    founder: bool
     labels: Mapping[str, str]
     exempt_namespaces: Sequence[str]
     pod_security: PodSecurityLevel = "baseline"
@@ -178,8 +187,9 @@ def admission_config(level: PodSecurityLevel, exempt_namespaces: Sequence[str]) 
 
 
 def server_config(node: ServerNode) -> dict[str, Any]:
-    """/etc/rancher/k3s/config.yaml of a server (node-specific settings come from NODE_CONFIG)."""
-    config: dict[str, Any] = {
+    """/etc/rancher/k3s/config.yaml of a server. Node-specific settings come from NODE_CONFIG, written at
+    boot, and so does the choice between founding the cluster (`cluster-init`) and joining it (`server`)."""
+    return {
         "token-file": TOKEN_FILE,
         "agent-token-file": AGENT_TOKEN_FILE,
         "tls-san": list(node.tls_sans),
@@ -199,11 +209,6 @@ def server_config(node: ServerNode) -> dict[str, Any]:
         "kube-controller-manager-arg": ["terminated-pod-gc-threshold=100"],
         "node-taint": [f"{SERVER_TAINT.key}={SERVER_TAINT.value}:{SERVER_TAINT.effect}"],
     }
-    if node.join_url is not None:
-        config["server"] = node.join_url
-    elif node.embedded_etcd:
-        config["cluster-init"] = True
-    return config
 
 
 def agent_config(node: AgentNode) -> dict[str, Any]:
@@ -224,9 +229,10 @@ def bootstrap_script(
     secret_name: str,
     labels: Mapping[str, str],
     taints: Sequence[str],
-    wait_for: str | None,
+    start: str,
 ) -> str:
-    """The first-boot script: kernel settings, node facts, secrets, node config, wait, install k3s.
+    """The first-boot script: kernel settings, node facts, secrets, node config, `start` (the shell that
+    waits for the cluster, or decides how to start it), install k3s.
 
     Label and taint strings are validated by the spec (no shell or YAML metacharacters); they are quoted
     anyway. The node's facts become k3s settings here because they exist only on the node.
@@ -245,13 +251,6 @@ def bootstrap_script(
     ]
     if taints:
         node_lines += _list_block("node-taint", list(taints))
-    wait = ""
-    if wait_for is not None:
-        wait = f"""
-server={shlex.quote(wait_for)}
-server_answers() {{ curl -sk --max-time 5 -o /dev/null "$server/cacerts"; }}
-retry "waiting for server $server" server_answers
-"""
     node_config = "\n".join(node_lines)
     prepare = f"install -d -m 0700 {AUDIT_LOG_DIR}\n" if role == "server" else ""
     return f"""#!/bin/bash
@@ -285,7 +284,7 @@ retry "reading bootstrap secrets from {secret_name}" read_secrets
 cat > {NODE_CONFIG} <<NODE_CONFIG
 {node_config}
 NODE_CONFIG
-{wait}
+{start}
 # The install script downloads the binary itself, without retrying: the whole step is retried.
 install_k3s() {{
   curl -sfL --retry 10 --retry-connrefused -o {INSTALL_FILE} {shlex.quote(install_url(k3s_version))} &&
@@ -293,6 +292,56 @@ install_k3s() {{
 }}
 retry "installing k3s {k3s_version}" install_k3s
 log "k3s {role} started"
+"""
+
+
+def wait_for_server(url: str) -> str:
+    """An agent installs k3s only once the registration address answers."""
+    return f"""
+server={shlex.quote(url)}
+server_answers() {{ curl -sk --max-time 5 -o /dev/null "$server/cacerts"; }}
+retry "waiting for server $server" server_answers
+"""
+
+
+def join_or_found(peer_urls: Sequence[str], founder: bool) -> str:
+    """A server joins the first other server that answers. The founder asks PEER_CHECKS times and, when
+    none answers (the cluster's first boot), founds the cluster; every other server waits for one and never
+    founds a cluster of its own."""
+    found = f'echo "cluster-init: true" >> {NODE_CONFIG}'
+    if not peer_urls:
+        return f'\nlog "the only server: founding the cluster"\n{found}\n'
+    found = f'log "no other server answers: founding the cluster"\n{found}'
+    join = f"""log "joining the cluster through $peer"
+printf 'server: "%s"\\n' "$peer" >> {NODE_CONFIG}"""
+    if founder:
+        decide = f"""for check in $(seq 1 {PEER_CHECKS}); do
+  answering_peer && break
+  log "no other server answers (check $check of {PEER_CHECKS})"
+  sleep 10
+done
+if [ -n "$peer" ]; then
+{textwrap.indent(join, "  ")}
+else
+{textwrap.indent(found, "  ")}
+fi"""
+    else:
+        decide = f"""retry "waiting for another server to join" answering_peer
+{join}"""
+    peers = " ".join(shlex.quote(url) for url in peer_urls)
+    return f"""
+peers=({peers})
+peer=""
+answering_peer() {{
+  for candidate in "${{peers[@]}}"; do
+    if curl -sk --max-time 5 -o /dev/null "$candidate/cacerts"; then
+      peer=$candidate
+      return 0
+    fi
+  done
+  return 1
+}}
+{decide}
 """
 
 
@@ -322,7 +371,14 @@ def kubelet_config_drop_in(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def server_cloud_config(node: ServerNode, bootstrap: NodeBootstrap) -> str:
     """User data of a k3s server."""
-    script = bootstrap_script("server", node.k3s_version, node.secret_name, node.labels, (), node.join_url)
+    script = bootstrap_script(
+        "server",
+        node.k3s_version,
+        node.secret_name,
+        node.labels,
+        (),
+        join_or_found(node.peer_urls, node.founder),
+    )
     return _cloud_config(
         [
             *_common_files(bootstrap, script),
@@ -335,9 +391,8 @@ def server_cloud_config(node: ServerNode, bootstrap: NodeBootstrap) -> str:
 
 def agent_cloud_config(node: AgentNode, bootstrap: NodeBootstrap) -> str:
     """User data of a k3s agent in a GPU pool."""
-    script = bootstrap_script(
-        "agent", node.k3s_version, node.secret_name, node.labels, node.taints, node.server_url
-    )
+    wait = wait_for_server(node.server_url)
+    script = bootstrap_script("agent", node.k3s_version, node.secret_name, node.labels, node.taints, wait)
     files = [*_common_files(bootstrap, script), _file(f"{CONFIG_DIR}/config.yaml", _yaml(agent_config(node)))]
     if node.kubelet_config:
         files.append(_file(KUBELET_CONFIG_DROP_IN, _yaml(kubelet_config_drop_in(node.kubelet_config))))

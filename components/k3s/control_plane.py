@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
+from typing import Any
 
 import pulumi
 import pulumi_random as random
 import pulumi_tls as tls
 
-from components.cluster import GpuPool, PlatformTraits
+from components.autoscaler import SYSTEM_POOL_NAME
+from components.cluster import POOL_LABEL, GpuPool, PlatformTraits
 from components.compat import DriverFacts, operator_driver
-from components.k3s.cloudinit import API_PORT, SERVER_TAINT, agent_secret_payload, server_secret_payload
+from components.gpu_operator import OPERATOR_NAMESPACE
+from components.k3s.cloudinit import (
+    API_PORT,
+    SERVER_TAINT,
+    NodeBootstrap,
+    ServerNode,
+    agent_secret_payload,
+    server_cloud_config,
+    server_secret_payload,
+)
 from components.k3s.pki import K3sPki
 from components.kubeconfig import client_certificate_kubeconfig
 from components.spec import ClusterSpec
@@ -34,6 +46,35 @@ def k3s_traits(spec: ClusterSpec, accelerator_label: str) -> PlatformTraits:
 def agent_taints(pool: GpuPool) -> list[str]:
     """k3s `node-taint` strings: key=value:Effect, or key:Effect for a taint without a value."""
     return [f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in pool.taints]
+
+
+def server_user_data(
+    spec: ClusterSpec,
+    secret_name: pulumi.Output[str],
+    tls_sans: Sequence[pulumi.Output[str]],
+    peer_urls: Sequence[pulumi.Output[str]],
+    founder: bool,
+    bootstrap: NodeBootstrap,
+) -> pulumi.Output[str]:
+    """One server's cloud-config, once the names it is reached by and its peers' addresses are known."""
+
+    def render(parts: list[Any]) -> str:
+        sans, secret, peers = parts
+        node = ServerNode(
+            k3s_version=spec.k3s.version,
+            tls_sans=sans,
+            secret_name=secret,
+            peer_urls=peers,
+            founder=founder,
+            labels={POOL_LABEL: SYSTEM_POOL_NAME},
+            exempt_namespaces=[OPERATOR_NAMESPACE],
+            pod_security=spec.k3s.pod_security,
+        )
+        return server_cloud_config(node, bootstrap)
+
+    return pulumi.Output.all(pulumi.Output.all(*tls_sans), secret_name, pulumi.Output.all(*peer_urls)).apply(
+        render
+    )
 
 
 def _b64(text: str) -> str:

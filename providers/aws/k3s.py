@@ -25,10 +25,9 @@ from components.autoscaler import (
 from components.catalog import load_catalog
 from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
 from components.configbase import ConfigIssue, config_path, raise_if_any
-from components.gpu_operator import OPERATOR_NAMESPACE
 from components.helm import helm_release
-from components.k3s.cloudinit import API_PORT, AgentNode, ServerNode, agent_cloud_config, server_cloud_config
-from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits
+from components.k3s.cloudinit import API_PORT, AgentNode, agent_cloud_config
+from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
 from components.k3s.readiness import gated_kubernetes_provider
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class
@@ -140,6 +139,15 @@ class SecurityGroups:
     nodes: aws.ec2.SecurityGroup
     servers: aws.ec2.SecurityGroup
     api: aws.ec2.SecurityGroup
+    # The internal registration balancer's, with more than one server.
+    registration: aws.ec2.SecurityGroup | None
+
+
+@dataclass(frozen=True)
+class ServerBalancer:
+    load_balancer: aws.lb.LoadBalancer
+    # What must exist before the balancer forwards to the servers.
+    ready: list[pulumi.Resource]
 
 
 def _ingress(
@@ -178,10 +186,20 @@ def _egress_anywhere(name: str, group: aws.ec2.SecurityGroup, parent: pulumi.Res
     )
 
 
-@dataclass(frozen=True)
-class Server:
-    interface: aws.ec2.NetworkInterface
-    instance: aws.ec2.Instance
+def _egress_to_servers(
+    name: str, group: aws.ec2.SecurityGroup, servers: aws.ec2.SecurityGroup, parent: pulumi.Resource
+) -> None:
+    """A balancer's only way out: the servers' API port."""
+    aws.vpc.SecurityGroupEgressRule(
+        name,
+        security_group_id=group.id,
+        ip_protocol="tcp",
+        from_port=API_PORT,
+        to_port=API_PORT,
+        referenced_security_group_id=servers.id,
+        description="forward to the servers",
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
 
 
 @dataclass(frozen=True)
@@ -212,16 +230,28 @@ class AwsK3sCluster(pulumi.ComponentResource):
         )
         groups = self._security_groups(name, spec, network.vpc_id)
 
-        load_balancer = aws.lb.LoadBalancer(
-            f"{name}-api",
-            load_balancer_type="network",
-            internal=False,
-            subnets=network.public_subnet_ids,
-            security_groups=[groups.api.id],
-            tags={"Name": f"{spec.name}-api"},
-            opts=child,
+        interfaces = self._server_interfaces(name, spec, network, groups)
+        api = self._load_balancer(
+            f"{name}-api", network.public_subnet_ids, groups.api, network.vpc_id, interfaces, internal=False
         )
-        api_host = load_balancer.dns_name
+        # Agents register through a fixed address in front of every server (k3s "High Availability Embedded
+        # etcd"), so a new GPU node joins while any server is up. One server is its own fixed address.
+        registration = (
+            self._load_balancer(
+                f"{name}-registration",
+                network.private_subnet_ids,
+                groups.registration,
+                network.vpc_id,
+                interfaces,
+                internal=True,
+            )
+            if groups.registration is not None
+            else None
+        )
+        registration_host = (
+            registration.load_balancer.dns_name if registration is not None else interfaces[0].private_ip
+        )
+        api_host = api.load_balancer.dns_name
         control_plane = K3sControlPlane(f"{name}-control-plane", spec.name, api_host, opts=child)
         server_secret, server_secret_value = self._secret(name, "servers", control_plane.server_secret)
         agent_secret, agent_secret_value = self._secret(name, "agents", control_plane.agent_secret)
@@ -243,43 +273,13 @@ class AwsK3sCluster(pulumi.ComponentResource):
         servers = self._servers(
             name,
             spec,
-            network,
-            groups,
+            interfaces,
             server_role,
             server_secret,
-            api_host,
+            [api_host, registration_host],
             boot_after=[server_secret_value, server_reads, *server_role.grants],
         )
-        first_server_url = pulumi.Output.format("https://{0}:{1}", servers[0].interface.private_ip, API_PORT)
-        target_group = aws.lb.TargetGroup(
-            f"{name}-api-targets",
-            port=API_PORT,
-            protocol="TCP",
-            target_type="ip",
-            vpc_id=network.vpc_id,
-            health_check=aws.lb.TargetGroupHealthCheckArgs(protocol="TCP", port=str(API_PORT)),
-            opts=child,
-        )
-        listener = aws.lb.Listener(
-            f"{name}-api-listener",
-            load_balancer_arn=load_balancer.arn,
-            port=API_PORT,
-            protocol="TCP",
-            default_actions=[
-                aws.lb.ListenerDefaultActionArgs(type="forward", target_group_arn=target_group.arn)
-            ],
-            opts=child,
-        )
-        targets = [
-            aws.lb.TargetGroupAttachment(
-                f"{name}-api-target-{index}",
-                target_group_arn=target_group.arn,
-                target_id=server.interface.private_ip,
-                port=API_PORT,
-                opts=child,
-            )
-            for index, server in enumerate(servers)
-        ]
+        registration_url = pulumi.Output.format("https://{0}:{1}", registration_host, API_PORT)
 
         agent_profile = aws.iam.InstanceProfile(f"{name}-agent-profile", role=agent_role.name, opts=child)
         unneeded = cluster_scale_down_unneeded_time(args.pools)
@@ -292,13 +292,17 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 groups,
                 agent_profile,
                 agent_secret,
-                first_server_url,
+                registration_url,
                 unneeded,
                 args.zones.pool_zones[pool.spec.name],
                 boot_after=[agent_secret_value, agent_reads, *agent_role.grants],
             )
 
-        system_ready: list[pulumi.Resource] = [*(server.instance for server in servers), listener, *targets]
+        system_ready: list[pulumi.Resource] = [
+            *servers,
+            *api.ready,
+            *(registration.ready if registration is not None else ()),
+        ]
         k8s_provider = gated_kubernetes_provider(name, control_plane.kubeconfig, system_ready, self)
         ebs_csi = helm_release(
             f"{name}-ebs-csi",
@@ -342,37 +346,44 @@ class AwsK3sCluster(pulumi.ComponentResource):
         """Exactly the k3s ports, between the cluster's own nodes; the API also from the admin CIDRs,
         through the load balancer. Nothing is open to the internet."""
         child = pulumi.ResourceOptions(parent=self)
-        nodes, servers, api = (
-            aws.ec2.SecurityGroup(
+        roles = ("nodes", "servers", "api", *(("registration",) if spec.system_pool.nodes > 1 else ()))
+        groups = {
+            role: aws.ec2.SecurityGroup(
                 f"{name}-{role}-sg",
                 vpc_id=vpc_id,
                 description=f"k3s {role} of {spec.name}",
                 tags={"Name": f"{spec.name}-{role}"},
                 opts=child,
             )
-            for role in ("nodes", "servers", "api")
-        )
+            for role in roles
+        }
+        nodes, servers, api = groups["nodes"], groups["servers"], groups["api"]
+        registration = groups.get("registration")
         _ingress(f"{name}-vxlan", nodes, FLANNEL_VXLAN_PORT, "udp", self, nodes, description="flannel VXLAN")
         _ingress(f"{name}-kubelet", nodes, KUBELET_PORT, "tcp", self, nodes, description="kubelet")
         _ingress(f"{name}-api-nodes", servers, API_PORT, "tcp", self, nodes, description="API from nodes")
         _ingress(f"{name}-api-lb", servers, API_PORT, "tcp", self, api, description="API via load balancer")
-        if spec.system_pool.nodes > 1:
-            _ingress(f"{name}-etcd", servers, ETCD_PORTS, "tcp", self, servers, description="embedded etcd")
         for index, cidr in enumerate(spec.api_access_cidrs):
             _ingress(f"{name}-api-admin-{index}", api, API_PORT, "tcp", self, cidr=cidr, description="admins")
-        aws.vpc.SecurityGroupEgressRule(
-            f"{name}-api-to-servers",
-            security_group_id=api.id,
-            ip_protocol="tcp",
-            from_port=API_PORT,
-            to_port=API_PORT,
-            referenced_security_group_id=servers.id,
-            description="forward to the servers",
-            opts=child,
-        )
+        _egress_to_servers(f"{name}-api-to-servers", api, servers, self)
+        if registration is not None:
+            _ingress(f"{name}-etcd", servers, ETCD_PORTS, "tcp", self, servers, description="embedded etcd")
+            _ingress(
+                f"{name}-registration-nodes", registration, API_PORT, "tcp", self, nodes, description="agents"
+            )
+            _ingress(
+                f"{name}-api-registration",
+                servers,
+                API_PORT,
+                "tcp",
+                self,
+                registration,
+                description="API via registration balancer",
+            )
+            _egress_to_servers(f"{name}-registration-to-servers", registration, servers, self)
         _egress_anywhere(f"{name}-nodes-egress", nodes, self)
         _egress_anywhere(f"{name}-servers-egress", servers, self)
-        return SecurityGroups(nodes=nodes, servers=servers, api=api)
+        return SecurityGroups(nodes=nodes, servers=servers, api=api, registration=registration)
 
     def _secret(
         self, name: str, audience: str, payload: pulumi.Output[str]
@@ -402,84 +413,128 @@ class AwsK3sCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=role.role),
         )
 
+    def _server_interfaces(
+        self, name: str, spec: ClusterSpec, network: Network, groups: SecurityGroups
+    ) -> list[aws.ec2.NetworkInterface]:
+        """One network interface per server: its address outlives the instance, so the other servers, the
+        balancers and a replacement keep finding the server there."""
+        subnets = network.private_subnet_ids
+        return [
+            aws.ec2.NetworkInterface(
+                f"{name}-server-{index}-eni",
+                subnet_id=subnets[index % len(subnets)],
+                security_groups=[groups.nodes.id, groups.servers.id],
+                tags={"Name": f"{spec.name}-server-{index}"},
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for index in range(spec.system_pool.nodes)
+        ]
+
+    def _load_balancer(
+        self,
+        name: str,
+        subnets: Sequence[pulumi.Input[str]],
+        group: aws.ec2.SecurityGroup,
+        vpc_id: pulumi.Input[str],
+        interfaces: Sequence[aws.ec2.NetworkInterface],
+        internal: bool,
+    ) -> ServerBalancer:
+        """A network load balancer forwarding the API port to every server's interface address."""
+        child = pulumi.ResourceOptions(parent=self)
+        load_balancer = aws.lb.LoadBalancer(
+            name,
+            load_balancer_type="network",
+            internal=internal,
+            subnets=subnets,
+            security_groups=[group.id],
+            tags={"Name": name},
+            opts=child,
+        )
+        target_group = aws.lb.TargetGroup(
+            f"{name}-targets",
+            port=API_PORT,
+            protocol="TCP",
+            target_type="ip",
+            vpc_id=vpc_id,
+            health_check=aws.lb.TargetGroupHealthCheckArgs(protocol="TCP", port=str(API_PORT)),
+            opts=child,
+        )
+        listener = aws.lb.Listener(
+            f"{name}-listener",
+            load_balancer_arn=load_balancer.arn,
+            port=API_PORT,
+            protocol="TCP",
+            default_actions=[
+                aws.lb.ListenerDefaultActionArgs(type="forward", target_group_arn=target_group.arn)
+            ],
+            opts=child,
+        )
+        targets = [
+            aws.lb.TargetGroupAttachment(
+                f"{name}-target-{index}",
+                target_group_arn=target_group.arn,
+                target_id=interface.private_ip,
+                port=API_PORT,
+                opts=child,
+            )
+            for index, interface in enumerate(interfaces)
+        ]
+        return ServerBalancer(load_balancer, [listener, *targets])
+
     def _servers(
         self,
         name: str,
         spec: ClusterSpec,
-        network: Network,
-        groups: SecurityGroups,
+        interfaces: Sequence[aws.ec2.NetworkInterface],
         role: GrantedRole,
         secret: aws.secretsmanager.Secret,
-        api_host: pulumi.Output[str],
+        tls_sans: Sequence[pulumi.Output[str]],
         boot_after: Sequence[pulumi.Resource],
-    ) -> list[Server]:
-        """The servers, each behind a network interface of its own: its address outlives the instance, so
-        agents and the load balancer keep pointing at it when a server is replaced."""
+    ) -> list[aws.ec2.Instance]:
+        """The servers on their interfaces; each knows the others' addresses, server 0 founds the cluster."""
         child = pulumi.ResourceOptions(parent=self)
         profile = aws.iam.InstanceProfile(f"{name}-server-profile", role=role.name, opts=child)
         ami = aws.ssm.get_parameter_output(
             name=UBUNTU_AMI_PARAMETER.format(arch=UBUNTU_ARCH[cpu_arch(spec.system_pool.instance_type)]),
             opts=pulumi.InvokeOutputOptions(parent=self),
         ).value
-        servers: list[Server] = []
-        subnets = network.private_subnet_ids
-        for index in range(spec.system_pool.nodes):
-            interface = aws.ec2.NetworkInterface(
-                f"{name}-server-{index}-eni",
-                subnet_id=subnets[index % len(subnets)],
-                security_groups=[groups.nodes.id, groups.servers.id],
-                tags={"Name": f"{spec.name}-server-{index}"},
-                opts=child,
-            )
-            join_url = (
-                None
-                if index == 0
-                else pulumi.Output.format("https://{0}:{1}", servers[0].interface.private_ip, API_PORT)
-            )
-            user_data = pulumi.Output.all(api_host, secret.arn, join_url).apply(
-                lambda parts: server_cloud_config(
-                    ServerNode(
-                        k3s_version=spec.k3s.version,
-                        tls_sans=[parts[0]],
-                        secret_name=parts[1],
-                        join_url=parts[2],
-                        embedded_etcd=spec.system_pool.nodes > 1,
-                        labels={POOL_LABEL: SYSTEM_POOL_NAME},
-                        exempt_namespaces=[OPERATOR_NAMESPACE],
-                        pod_security=spec.k3s.pod_security,
+        urls = [pulumi.Output.format("https://{0}:{1}", i.private_ip, API_PORT) for i in interfaces]
+        servers: list[aws.ec2.Instance] = []
+        for index, interface in enumerate(interfaces):
+            peers = [url for other, url in enumerate(urls) if other != index]
+            user_data = server_user_data(spec, secret.arn, tls_sans, peers, index == 0, aws_node_bootstrap())
+            servers.append(
+                aws.ec2.Instance(
+                    f"{name}-server-{index}",
+                    ami=ami,
+                    instance_type=spec.system_pool.instance_type,
+                    iam_instance_profile=profile.name,
+                    network_interfaces=[
+                        aws.ec2.InstanceNetworkInterfaceArgs(
+                            network_interface_id=interface.id, device_index=0
+                        )
+                    ],
+                    metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
+                        http_endpoint="enabled",
+                        http_tokens="required",
+                        http_put_response_hop_limit=SERVER_IMDS_HOP_LIMIT,
                     ),
-                    aws_node_bootstrap(),
+                    root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
+                        volume_size=spec.system_pool.disk_size_gib,
+                        volume_type="gp3",
+                        encrypted=True,
+                    ),
+                    user_data=user_data,
+                    tags={"Name": f"{spec.name}-server-{index}"},
+                    # A new Ubuntu release must not replace a running server. User data runs at first boot
+                    # only, and EC2 applies a change by stopping and starting the instance: every server at
+                    # once. New servers take the current image and data; running ones are upgraded in place
+                    # (stacks/README.md, "Upgrading k3s").
+                    opts=pulumi.ResourceOptions(
+                        parent=self, depends_on=list(boot_after), ignore_changes=["ami", "userData"]
+                    ),
                 )
             )
-            instance = aws.ec2.Instance(
-                f"{name}-server-{index}",
-                ami=ami,
-                instance_type=spec.system_pool.instance_type,
-                iam_instance_profile=profile.name,
-                network_interfaces=[
-                    aws.ec2.InstanceNetworkInterfaceArgs(network_interface_id=interface.id, device_index=0)
-                ],
-                metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
-                    http_endpoint="enabled",
-                    http_tokens="required",
-                    http_put_response_hop_limit=SERVER_IMDS_HOP_LIMIT,
-                ),
-                root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
-                    volume_size=spec.system_pool.disk_size_gib,
-                    volume_type="gp3",
-                    encrypted=True,
-                ),
-                user_data=user_data,
-                tags={"Name": f"{spec.name}-server-{index}"},
-                # A new Ubuntu release must not replace a running server. User data runs at first boot only,
-                # and EC2 applies a change by stopping and starting the instance: every server at once. New
-                # servers take the current image and data; running ones are upgraded in place
-                # (stacks/README.md, "Upgrading k3s").
-                opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=list(boot_after), ignore_changes=["ami", "userData"]
-                ),
-            )
-            servers.append(Server(interface, instance))
         return servers
 
     def _gpu_pool(

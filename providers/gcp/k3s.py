@@ -23,9 +23,8 @@ from components.autoscaler import (
 from components.catalog import load_catalog
 from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
 from components.configbase import ConfigIssue, config_path, raise_if_any
-from components.gpu_operator import OPERATOR_NAMESPACE
-from components.k3s.cloudinit import API_PORT, AgentNode, ServerNode, agent_cloud_config, server_cloud_config
-from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits
+from components.k3s.cloudinit import API_PORT, AgentNode, agent_cloud_config
+from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
 from components.k3s.readiness import gated_kubernetes_provider
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class, default_storage_class_manifest
@@ -63,6 +62,9 @@ ETCD_PORTS = "2379-2380"
 # "Firewall rules" page; the row for this balancer was cut off in the excerpt retrieved, ranges recalled,
 # UNCONFIRMED).
 HEALTH_CHECK_RANGES = ("35.191.0.0/16", "209.85.152.0/22", "209.85.204.0/22")
+# And an internal passthrough one's (Fortinet's FortiProxy GCP guide quoting Google's table; Google's own row
+# was cut off in the excerpts retrieved, UNCONFIRMED there).
+INTERNAL_HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
 # Metadata every node gets: OS Login decides who may log in (nobody can: no port 22 is open), project-wide
 # SSH keys do not reach the node, and the interactive serial console is off (its output stays readable).
 NODE_ACCESS_METADATA = {
@@ -182,6 +184,30 @@ class GcpK3sCluster(pulumi.ComponentResource):
             description=f"Kubernetes API of {spec.name}",
             opts=child,
         )
+        server_addresses = [
+            gcp.compute.Address(
+                f"{name}-server-{index}-address",
+                address_type="INTERNAL",
+                subnetwork=network.subnetwork,
+                region=args.region,
+                opts=child,
+            )
+            for index in range(spec.system_pool.nodes)
+        ]
+        # Agents register through a fixed address in front of every server (k3s "High Availability Embedded
+        # etcd"), so a new GPU node joins while any server is up. One server is its own fixed address.
+        registration_address = (
+            gcp.compute.Address(
+                f"{name}-registration-address",
+                address_type="INTERNAL",
+                subnetwork=network.subnetwork,
+                region=args.region,
+                description=f"k3s registration address of {spec.name}",
+                opts=child,
+            )
+            if spec.system_pool.nodes > 1
+            else server_addresses[0]
+        )
         control_plane = K3sControlPlane(f"{name}-control-plane", spec.name, api_address.address, opts=child)
         secret_api = [apis["secretmanager.googleapis.com"]]
         server_secret, server_boot = self._secret(
@@ -191,12 +217,19 @@ class GcpK3sCluster(pulumi.ComponentResource):
             name, "agents", control_plane.agent_secret, identities.agents, secret_api
         )
         servers = self._servers(
-            name, args, network, identities.servers, server_secret, api_address, server_boot
+            name,
+            args,
+            network,
+            identities.servers,
+            server_secret,
+            server_addresses,
+            [api_address.address, registration_address.address],
+            server_boot,
         )
-        first_server_url = pulumi.Output.format(
-            "https://{0}:{1}", servers[0].network_interfaces[0].network_ip, API_PORT
+        forwarding = self._load_balancers(
+            name, args, network, servers, api_address, registration_address if len(servers) > 1 else None
         )
-        forwarding = self._api_load_balancer(name, args, network, servers, api_address)
+        registration_url = pulumi.Output.format("https://{0}:{1}", registration_address.address, API_PORT)
         unneeded = cluster_scale_down_unneeded_time(args.pools)
         self.groups = [
             self._gpu_group(
@@ -206,7 +239,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
                 network,
                 identities.agents,
                 agent_secret,
-                first_server_url,
+                registration_url,
                 unneeded,
                 agent_boot,
             )
@@ -215,7 +248,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
         pd_csi_access = self._pd_csi_access(name, args.project, identities)
         self.autoscaler_identity = self._autoscaler_access(name, args.project, identities.servers)
 
-        system_ready: list[pulumi.Resource] = [*servers, forwarding]
+        system_ready: list[pulumi.Resource] = [*servers, *forwarding]
         k8s_provider = gated_kubernetes_provider(name, control_plane.kubeconfig, system_ready, self)
         pd_csi = PdCsiDriver(
             f"{name}-pd-csi",
@@ -248,11 +281,12 @@ class GcpK3sCluster(pulumi.ComponentResource):
         and the load balancer's health checks. Compute Engine denies all other ingress."""
         servers, agents = identities.servers.email, identities.agents.email
         nodes = [servers, agents]
+        health_check_ranges = sorted(
+            {*HEALTH_CHECK_RANGES, *(INTERNAL_HEALTH_CHECK_RANGES if spec.system_pool.nodes > 1 else ())}
+        )
         rules = [
             IngressRule("api-admins", "tcp", str(API_PORT), [servers], ranges=list(spec.api_access_cidrs)),
-            IngressRule(
-                "api-health-checks", "tcp", str(API_PORT), [servers], ranges=list(HEALTH_CHECK_RANGES)
-            ),
+            IngressRule("api-health-checks", "tcp", str(API_PORT), [servers], ranges=health_check_ranges),
             IngressRule("api-nodes", "tcp", str(API_PORT), [servers], accounts=nodes),
             IngressRule("vxlan", "udp", str(FLANNEL_VXLAN_PORT), nodes, accounts=nodes),
             IngressRule("kubelet", "tcp", str(KUBELET_PORT), nodes, accounts=nodes),
@@ -310,45 +344,20 @@ class GcpK3sCluster(pulumi.ComponentResource):
         network: Network,
         identity: NodeServiceAccount,
         secret: gcp.secretmanager.Secret,
-        api_address: gcp.compute.Address,
+        addresses: Sequence[gcp.compute.Address],
+        tls_sans: Sequence[pulumi.Output[str]],
         boot_after: Sequence[pulumi.Resource],
     ) -> list[gcp.compute.Instance]:
-        """The servers, each with a reserved internal address: agents and the load balancer keep reaching a
-        server that is replaced."""
+        """The servers on their reserved internal addresses, which outlive them: the other servers, the
+        balancers and a replacement keep finding a server there. Server 0 founds the cluster."""
         spec = args.spec
         system = spec.system_pool
         zones = list(spec.network.zones)
+        urls = [pulumi.Output.format("https://{0}:{1}", a.address, API_PORT) for a in addresses]
         servers: list[gcp.compute.Instance] = []
-        for index in range(system.nodes):
-            address = gcp.compute.Address(
-                f"{name}-server-{index}-address",
-                address_type="INTERNAL",
-                subnetwork=network.subnetwork,
-                region=args.region,
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-            join_url = (
-                None
-                if index == 0
-                else pulumi.Output.format(
-                    "https://{0}:{1}", servers[0].network_interfaces[0].network_ip, API_PORT
-                )
-            )
-            user_data = pulumi.Output.all(api_address.address, secret.id, join_url).apply(
-                lambda parts: server_cloud_config(
-                    ServerNode(
-                        k3s_version=spec.k3s.version,
-                        tls_sans=[parts[0]],
-                        secret_name=parts[1],
-                        join_url=parts[2],
-                        embedded_etcd=system.nodes > 1,
-                        labels={POOL_LABEL: SYSTEM_POOL_NAME},
-                        exempt_namespaces=[OPERATOR_NAMESPACE],
-                        pod_security=spec.k3s.pod_security,
-                    ),
-                    gce_node_bootstrap(),
-                )
-            )
+        for index, address in enumerate(addresses):
+            peers = [url for other, url in enumerate(urls) if other != index]
+            user_data = server_user_data(spec, secret.id, tls_sans, peers, index == 0, gce_node_bootstrap())
             servers.append(
                 gcp.compute.Instance(
                     f"{name}-server-{index}",
@@ -386,16 +395,18 @@ class GcpK3sCluster(pulumi.ComponentResource):
             )
         return servers
 
-    def _api_load_balancer(
+    def _load_balancers(
         self,
         name: str,
         args: GcpK3sClusterArgs,
         network: Network,
         servers: Sequence[gcp.compute.Instance],
-        address: gcp.compute.Address,
-    ) -> gcp.compute.ForwardingRule:
-        """An external passthrough load balancer on the static address: clients keep their source address,
-        so the servers' firewall still decides who gets in."""
+        api_address: gcp.compute.Address,
+        registration_address: gcp.compute.Address | None,
+    ) -> list[gcp.compute.ForwardingRule]:
+        """The API on the static external address through an external passthrough load balancer (clients
+        keep their source address, so the servers' firewall still decides who gets in), and with more than
+        one server, the registration address through an internal passthrough one. Both reach every server."""
         child = pulumi.ResourceOptions(parent=self)
         zones = list(args.spec.network.zones)
         by_zone: dict[str, list[gcp.compute.Instance]] = {}
@@ -417,30 +428,41 @@ class GcpK3sCluster(pulumi.ComponentResource):
             tcp_health_check=gcp.compute.RegionHealthCheckTcpHealthCheckArgs(port=API_PORT),
             opts=child,
         )
-        backend = gcp.compute.RegionBackendService(
-            f"{name}-api-backend",
-            region=args.region,
-            load_balancing_scheme="EXTERNAL",
-            protocol="TCP",
-            health_checks=health.id,
-            backends=[
-                gcp.compute.RegionBackendServiceBackendArgs(
-                    group=group.self_link, balancing_mode="CONNECTION"
+        balancers = [("api", "EXTERNAL", api_address)]
+        if registration_address is not None:
+            balancers.append(("registration", "INTERNAL", registration_address))
+        rules = []
+        for purpose, scheme, address in balancers:
+            backend = gcp.compute.RegionBackendService(
+                f"{name}-{purpose}-backend",
+                region=args.region,
+                load_balancing_scheme=scheme,
+                protocol="TCP",
+                health_checks=health.id,
+                backends=[
+                    gcp.compute.RegionBackendServiceBackendArgs(
+                        group=group.self_link, balancing_mode="CONNECTION"
+                    )
+                    for group in groups
+                ],
+                opts=child,
+            )
+            internal = scheme == "INTERNAL"
+            rules.append(
+                gcp.compute.ForwardingRule(
+                    f"{name}-{purpose}",
+                    region=args.region,
+                    load_balancing_scheme=scheme,
+                    ip_address=address.address,
+                    ip_protocol="TCP",
+                    ports=[str(API_PORT)],
+                    backend_service=backend.id,
+                    network=network.network if internal else None,
+                    subnetwork=network.subnetwork if internal else None,
+                    opts=child,
                 )
-                for group in groups
-            ],
-            opts=child,
-        )
-        return gcp.compute.ForwardingRule(
-            f"{name}-api",
-            region=args.region,
-            load_balancing_scheme="EXTERNAL",
-            ip_address=address.address,
-            ip_protocol="TCP",
-            ports=[str(API_PORT)],
-            backend_service=backend.id,
-            opts=child,
-        )
+            )
+        return rules
 
     def _gpu_group(
         self,
