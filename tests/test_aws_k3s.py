@@ -601,3 +601,79 @@ def test_nodes_boot_only_after_their_secret_and_permission_exist(aws_k3s):
     for group in some(aws_k3s.by_type(ASG), at_least=2):
         assert aws_k3s.by_name("ml-agents-bootstrap-value").urn in group.dependencies
         assert aws_k3s.by_name("ml-agent-read-secrets").urn in group.dependencies
+
+
+# --- etcd snapshots ---
+
+
+def snapshot_bucket(rec: Recording) -> Registration:
+    (bucket,) = rec.by_type("aws:s3/bucket:Bucket")
+    return bucket
+
+
+def test_servers_ship_etcd_snapshots_to_the_clusters_bucket_with_their_role(aws_k3s):
+    bucket = snapshot_bucket(aws_k3s)
+    name = bucket.outputs["bucket"]
+    assert name.startswith("ml-etcd-")
+    for index in range(3):
+        files = user_data_files(aws_k3s.by_name(f"ml-server-{index}").inputs["userData"])
+        config = yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])
+        assert {key: value for key, value in config.items() if key.startswith("etcd-")} == {
+            "etcd-snapshot-schedule-cron": "0 */6 * * *",
+            "etcd-snapshot-retention": 28,
+            "etcd-snapshot-compress": True,
+            "etcd-s3": True,
+            "etcd-s3-endpoint": "s3.us-east-1.amazonaws.com",
+            "etcd-s3-region": "us-east-1",
+            "etcd-s3-bucket": name,
+            "etcd-s3-folder": "ml",
+        }
+        # No key anywhere: k3s uses the instance role when none is given.
+        assert cloudinit.ETCD_S3_CREDENTIALS_FILE not in files
+    assert (
+        cloudinit.ETCD_S3_CREDENTIALS_FILE
+        not in json.loads(aws_k3s.by_name("ml-servers-bootstrap-value").inputs["secretString"].value)["files"]
+    )
+
+
+def test_the_snapshot_bucket_is_private_encrypted_versioned_and_outlives_destroy(aws_k3s):
+    bucket = snapshot_bucket(aws_k3s)
+    assert bucket.options["retainOnDelete"] is True
+    children = {
+        r.type.rsplit(":", 1)[1]: r.inputs for r in aws_k3s.registrations if r.parent == bucket.parent
+    }
+    assert all(inputs["bucket"] == bucket.id for kind, inputs in children.items() if kind != "Bucket")
+    assert {k: v for k, v in children["BucketPublicAccessBlock"].items() if k != "bucket"} == dict.fromkeys(
+        ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"), True
+    )
+    assert children["BucketOwnershipControls"]["rule"] == {"objectOwnership": "BucketOwnerEnforced"}
+    (rule,) = children["BucketServerSideEncryptionConfiguration"]["rules"]
+    assert rule["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "AES256"
+    assert children["BucketVersioning"]["versioningConfiguration"] == {"status": "Enabled"}
+    (lifecycle,) = children["BucketLifecycleConfiguration"]["rules"]
+    assert lifecycle["status"] == "Enabled" and lifecycle["noncurrentVersionExpiration"] == {
+        "noncurrentDays": 30
+    }
+    (deny,) = json.loads(children["BucketPolicy"]["policy"])["Statement"]
+    assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+
+def test_only_the_servers_may_write_snapshots_and_only_to_their_bucket(aws_k3s):
+    arn = snapshot_bucket(aws_k3s).outputs["arn"]
+    policy = aws_k3s.by_name("ml-server-snapshots")
+    assert policy.parent == aws_k3s.by_name("ml-server-role").urn
+    statements = json.loads(policy.inputs["policy"])["Statement"]
+    assert {
+        (tuple(sorted([s["Action"]] if isinstance(s["Action"], str) else s["Action"])), s["Resource"])
+        for s in statements
+    } == {
+        (("s3:ListBucket",), arn),
+        (("s3:DeleteObject", "s3:GetObject", "s3:PutObject"), f"{arn}/*"),
+    }
+    agent_policies = [r for r in aws_k3s.registrations if r.parent == aws_k3s.by_name("ml-agent-role").urn]
+    assert not [r for r in agent_policies if "s3:" in json.dumps(r.inputs)]
+    # A server's first snapshot finds the bucket closed and its permission in place.
+    for index in range(3):
+        dependencies = set(aws_k3s.by_name(f"ml-server-{index}").dependencies)
+        assert policy.urn in dependencies
+        assert aws_k3s.by_name("ml-etcd-snapshots-no-public-access").urn in dependencies

@@ -785,3 +785,67 @@ def test_the_gce_enum_check_catches_a_wrong_value_and_an_unchecked_field(gcp_k3s
     for rule in broken.by_type(FIREWALL):
         rule.inputs.pop("direction")
     assert any("direction: no value recorded" in p for p in gce_enum_problems(broken, compute_schemas))
+
+
+# --- etcd snapshots ---
+
+
+def test_servers_ship_etcd_snapshots_to_the_clusters_bucket_with_their_own_hmac_key(gcp_k3s):
+    (bucket,) = gcp_k3s.by_type("gcp:storage/bucket:Bucket")
+    (key,) = gcp_k3s.by_type("gcp:storage/hmacKey:HmacKey")
+    assert key.inputs["serviceAccountEmail"] == SERVERS_SA.removeprefix("serviceAccount:")
+    for index in range(3):
+        files = server_files(gcp_k3s, index)
+        config = yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])
+        assert (config["etcd-s3"], config["etcd-s3-endpoint"], config["etcd-s3-bucket"]) == (
+            True,
+            "storage.googleapis.com",
+            bucket.outputs["name"],
+        )
+        assert config["etcd-s3-folder"] == "ml" and config["etcd-snapshot-retention"] == 28
+        assert "etcd-s3-secret-key" not in json.dumps(files)
+    # The key reaches only the servers, through their secret, as a k3s config drop-in.
+    credentials = yaml.safe_load(secret_payload(gcp_k3s, "servers")[cloudinit.ETCD_S3_CREDENTIALS_FILE])
+    assert credentials == {
+        "etcd-s3-access-key": key.outputs["accessId"],
+        "etcd-s3-secret-key": key.outputs["secret"],
+    }
+    assert cloudinit.ETCD_S3_CREDENTIALS_FILE not in secret_payload(gcp_k3s, "agents")
+
+
+def test_the_snapshot_bucket_is_private_versioned_and_only_the_servers_may_use_it(gcp_k3s):
+    (bucket,) = gcp_k3s.by_type("gcp:storage/bucket:Bucket")
+    assert bucket.options["retainOnDelete"] is True
+    inputs = bucket.inputs
+    assert (inputs["location"], inputs["uniformBucketLevelAccess"], inputs["publicAccessPrevention"]) == (
+        "us-central1",
+        True,
+        "enforced",
+    )
+    assert inputs["versioning"] == {"enabled": True}
+    (rule,) = inputs["lifecycleRules"]
+    assert rule["action"] == {"type": "Delete"} and rule["condition"]["daysSinceNoncurrentTime"] == 30
+    (member,) = gcp_k3s.by_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    assert (member.inputs["bucket"], member.inputs["member"]) == (bucket.outputs["name"], SERVERS_SA)
+    role = next(
+        r
+        for r in gcp_k3s.by_type("gcp:projects/iAMCustomRole:IAMCustomRole")
+        if r.name.endswith("snapshots-role")
+    )
+    assert member.inputs["role"] == role.outputs["name"]
+    assert sorted(role.inputs["permissions"]) == [
+        "storage.buckets.get",
+        "storage.objects.create",
+        "storage.objects.delete",
+        "storage.objects.get",
+        "storage.objects.list",
+    ]
+    # Project-wide, the servers hold no storage role for it.
+    assert not [
+        r
+        for r in gcp_k3s.by_type("gcp:projects/iAMMember:IAMMember")
+        if "storage." in r.inputs["role"] or r.inputs["role"] == role.outputs["name"]
+    ]
+    for index in range(3):
+        dependencies = set(gcp_k3s.by_name(f"ml-server-{index}").dependencies)
+        assert member.urn in dependencies

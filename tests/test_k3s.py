@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from components.k3s import cloudinit, pki
-from components.k3s.cloudinit import AgentNode, NodeBootstrap, ServerNode
+from components.k3s.cloudinit import AgentNode, NodeBootstrap, ServerNode, SnapshotStore
 from components.k3s.files import write_secret_files
 from providers.aws.k3s_bootstrap import aws_node_bootstrap
 from providers.gcp.k3s import SPOT_GRACEFUL_SHUTDOWN
@@ -35,6 +35,12 @@ SERVER = ServerNode(
     secret_name="arn:aws:secretsmanager:us-east-1:123456789012:secret:ml-servers-bootstrap-abc123",
     peer_urls=["https://10.40.4.21:6443", "https://10.40.5.9:6443"],
     founder=True,
+    snapshots=SnapshotStore(
+        endpoint="s3.us-east-1.amazonaws.com",
+        region="us-east-1",
+        bucket="ml-etcd-20261201095959000000000001",
+        folder="ml",
+    ),
     labels={"gpu-k8s.io/pool": "system"},
     exempt_namespaces=["gpu-operator"],
 )
@@ -58,7 +64,17 @@ AGENT = AgentNode(
     taints=["nvidia.com/gpu=true:NoSchedule"],
 )
 GCE_SERVER = ServerNode(
-    **{**SERVER.__dict__, "tls_sans": ["34.118.7.21"], "secret_name": "projects/demo/secrets/ml-k3s-servers"}
+    **{
+        **SERVER.__dict__,
+        "tls_sans": ["34.118.7.21"],
+        "secret_name": "projects/demo/secrets/ml-k3s-servers",
+        "snapshots": SnapshotStore(
+            endpoint="storage.googleapis.com",
+            region="us-central1",
+            bucket="ml-etcd-snapshots-3f2a1bc",
+            folder="ml",
+        ),
+    }
 )
 GCE_SPOT_AGENT = AgentNode(
     **{

@@ -9,6 +9,7 @@ derived from resource names so every run produces the same plan. The plan tool a
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import logging
@@ -164,6 +165,10 @@ class RealisticMocks(pulumi_mocks.Mocks):
             # Internal balancers' names start with "internal-" (ELB user guide, "Internal load balancers").
             scheme = "internal-" if args.inputs.get("internal") else ""
             outputs["dnsName"] = f"{scheme}{name}-{_fake_hex(name, 16)}.elb.{self.region}.amazonaws.com"
+        elif token == "aws:s3/bucket:Bucket":
+            # A bucket_prefix gets a 26-character unique suffix (the provider's id.PrefixedUniqueId).
+            id_ = outputs["bucket"] = f"{outputs['bucketPrefix']}{_fake_hex(name, 26)}"
+            arn = f"arn:aws:s3:::{id_}"
         elif token == "aws:kms/key:Key":
             id_ = str(uuid.UUID(hex=_fake_hex(name, 32)))
             arn = f"arn:aws:kms:{self.region}:{ACCOUNT}:key/{id_}"
@@ -218,6 +223,11 @@ class RealisticMocks(pulumi_mocks.Mocks):
                 else f"34.{octets[0]}.{octets[1]}.{octets[2]}"
             )
             return f"projects/{project}/regions/{outputs['region']}/addresses/{outputs['name']}"
+        if kind == "HmacKey":
+            # A service account's HMAC key: a 61-character access id starting GOOG1E, a 40-character secret.
+            outputs["accessId"] = "GOOG1E" + _fake_hex(name, 55).upper()
+            outputs["secret"] = base64.b64encode(bytes.fromhex(_fake_hex(name + "-secret", 60))).decode()
+            return f"projects/{project}/hmacKeys/{outputs['accessId']}"
         if kind == "Secret":
             outputs["name"] = f"projects/{project}/secrets/{outputs['secretId']}"
             return outputs["name"]

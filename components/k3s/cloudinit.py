@@ -75,6 +75,11 @@ DISABLED_ADDONS = ("traefik", "servicelb", "local-storage")
 # First-boot steps that wait on something else (the server, the node's identity reaching the secret store)
 # are tried this many times, waiting longer each time (about 30 minutes in all).
 ATTEMPTS = 60
+# Scheduled etcd snapshots, every six hours; each server keeps its last 28 (a week) in the bucket. k3s's own
+# defaults are every 12 hours and 5 (k3s pkg/cli/cmds/server.go).
+SNAPSHOT_SCHEDULE = "0 */6 * * *"
+SNAPSHOT_RETENTION = 28
+ETCD_S3_CREDENTIALS_FILE = f"{CONFIG_DIR}/config.yaml.d/20-etcd-s3-credentials.yaml"
 # How often the first server asks the others whether a cluster already runs before it founds one. On the
 # cluster's first boot none can answer (they wait for it); after a replacement they answer at once.
 PEER_CHECKS = 3
@@ -98,6 +103,18 @@ class NodeBootstrap:
 
 
 @dataclass(frozen=True)
+class SnapshotStore:
+    """Where the servers ship their etcd snapshots: an S3 API bucket (k3s `etcd-s3`). Credentials, where the
+    store needs keys, come with the servers' secret (`etcd_s3_credentials`); without them k3s uses the
+    instance's role (k3s pkg/etcd/s3: no access key means minio-go's IAM credentials)."""
+
+    endpoint: str
+    region: str
+    bucket: str
+    folder: str
+
+
+@dataclass(frozen=True)
 class ServerNode:
     """A k3s server: the first one initialises the cluster, the others join it."""
 
@@ -114,6 +131,7 @@ class ServerNode:
     # The first server founds the cluster when no other server answers, as on the cluster's first boot; when
     # it is replaced later, the others answer and it joins them. The others only ever join.
     founder: bool
+    snapshots: SnapshotStore
     labels: Mapping[str, str]
     exempt_namespaces: Sequence[str]
     pod_security: PodSecurityLevel = "baseline"
@@ -133,10 +151,17 @@ class AgentNode:
     kubelet_config: Mapping[str, Any] = field(default_factory=dict)
 
 
-def server_secret_payload(server_token: str, agent_token: str, tls_files: Mapping[str, str]) -> str:
-    """The servers' secret: both join tokens and the cluster CAs, as files to write before k3s starts."""
+def server_secret_payload(
+    server_token: str,
+    agent_token: str,
+    tls_files: Mapping[str, str],
+    extra_files: Mapping[str, str] | None = None,
+) -> str:
+    """The servers' secret: both join tokens, the cluster CAs and any `extra_files` (path: content), as files
+    to write before k3s starts."""
     files = {TOKEN_FILE: server_token, AGENT_TOKEN_FILE: agent_token}
     files.update({f"{TLS_DIR}/{name}": content for name, content in sorted(tls_files.items())})
+    files.update(extra_files or {})
     return json.dumps({"files": files}, sort_keys=True)
 
 
@@ -208,6 +233,21 @@ def server_config(node: ServerNode) -> dict[str, Any]:
         ],
         "kube-controller-manager-arg": ["terminated-pod-gc-threshold=100"],
         "node-taint": [f"{SERVER_TAINT.key}={SERVER_TAINT.value}:{SERVER_TAINT.effect}"],
+        "etcd-snapshot-schedule-cron": SNAPSHOT_SCHEDULE,
+        "etcd-snapshot-retention": SNAPSHOT_RETENTION,
+        "etcd-snapshot-compress": True,
+        "etcd-s3": True,
+        "etcd-s3-endpoint": node.snapshots.endpoint,
+        "etcd-s3-region": node.snapshots.region,
+        "etcd-s3-bucket": node.snapshots.bucket,
+        "etcd-s3-folder": node.snapshots.folder,
+    }
+
+
+def etcd_s3_credentials(access_key: str, secret_key: str) -> dict[str, str]:
+    """The servers' secret's extra file when the snapshot store takes keys, not the instance's role."""
+    return {
+        ETCD_S3_CREDENTIALS_FILE: _yaml({"etcd-s3-access-key": access_key, "etcd-s3-secret-key": secret_key})
     }
 
 

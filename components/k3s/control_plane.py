@@ -20,6 +20,7 @@ from components.k3s.cloudinit import (
     SERVER_TAINT,
     NodeBootstrap,
     ServerNode,
+    SnapshotStore,
     agent_secret_payload,
     server_cloud_config,
     server_secret_payload,
@@ -54,27 +55,30 @@ def server_user_data(
     tls_sans: Sequence[pulumi.Output[str]],
     peer_urls: Sequence[pulumi.Output[str]],
     founder: bool,
+    snapshots: pulumi.Output[SnapshotStore],
     bootstrap: NodeBootstrap,
 ) -> pulumi.Output[str]:
-    """One server's cloud-config, once the names it is reached by and its peers' addresses are known."""
+    """One server's cloud-config, once the names it is reached by, its peers' addresses and its snapshot
+    bucket are known."""
 
     def render(parts: list[Any]) -> str:
-        sans, secret, peers = parts
+        sans, secret, peers, store = parts
         node = ServerNode(
             k3s_version=spec.k3s.version,
             tls_sans=sans,
             secret_name=secret,
             peer_urls=peers,
             founder=founder,
+            snapshots=store,
             labels={POOL_LABEL: SYSTEM_POOL_NAME},
             exempt_namespaces=[OPERATOR_NAMESPACE],
             pod_security=spec.k3s.pod_security,
         )
         return server_cloud_config(node, bootstrap)
 
-    return pulumi.Output.all(pulumi.Output.all(*tls_sans), secret_name, pulumi.Output.all(*peer_urls)).apply(
-        render
-    )
+    return pulumi.Output.all(
+        pulumi.Output.all(*tls_sans), secret_name, pulumi.Output.all(*peer_urls), snapshots
+    ).apply(render)
 
 
 def _b64(text: str) -> str:
@@ -83,7 +87,8 @@ def _b64(text: str) -> str:
 
 class K3sControlPlane(pulumi.ComponentResource):
     """Owns the cluster's CAs and tokens and derives what the cloud needs from them: the servers' and the
-    agents' bootstrap secrets (to store in the cloud's secret store) and the admin kubeconfig."""
+    agents' bootstrap secrets (to store in the cloud's secret store) and the admin kubeconfig. `server_files`
+    (path: content) go into the servers' secret too: the cloud's own secrets for the servers, if any."""
 
     server_secret: pulumi.Output[str]
     agent_secret: pulumi.Output[str]
@@ -94,6 +99,7 @@ class K3sControlPlane(pulumi.ComponentResource):
         name: str,
         cluster_name: str,
         api_host: pulumi.Input[str],
+        server_files: pulumi.Input[dict[str, str]] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-k8s:k3s:ControlPlane", name, None, opts)
@@ -104,9 +110,9 @@ class K3sControlPlane(pulumi.ComponentResource):
             f"{name}-pki", cluster_name, opts=pulumi.ResourceOptions(parent=self, providers=local)
         ).identity
         self.server_secret = pulumi.Output.secret(
-            pulumi.Output.all(identity.server_token, identity.agent_token, identity.server_tls_files).apply(
-                lambda parts: server_secret_payload(parts[0], parts[1], json.loads(parts[2]))
-            )
+            pulumi.Output.all(
+                identity.server_token, identity.agent_token, identity.server_tls_files, server_files or {}
+            ).apply(lambda parts: server_secret_payload(parts[0], parts[1], json.loads(parts[2]), parts[3]))
         )
         self.agent_secret = pulumi.Output.secret(identity.agent_token.apply(agent_secret_payload))
         self.kubeconfig = pulumi.Output.secret(

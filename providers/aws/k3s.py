@@ -26,7 +26,7 @@ from components.catalog import load_catalog
 from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
 from components.configbase import ConfigIssue, config_path, raise_if_any
 from components.helm import helm_release
-from components.k3s.cloudinit import API_PORT, AgentNode, agent_cloud_config
+from components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore, agent_cloud_config
 from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
 from components.k3s.readiness import gated_kubernetes_provider
 from components.spec import ClusterSpec, pool_child_name
@@ -39,6 +39,7 @@ from providers.aws.autoscaling import (
     scale_from_zero_tags,
     zone_limits,
 )
+from providers.aws.backups import SnapshotBucket, snapshot_access_policy
 from providers.aws.iam import (
     MANAGED,
     GrantedRole,
@@ -264,6 +265,13 @@ class AwsK3sCluster(pulumi.ComponentResource):
             inline_policy=cluster_autoscaler_policy(spec.name),
         )
         server_reads = self._reads_secrets(f"{name}-server", server_role, [server_secret, agent_secret])
+        snapshots = SnapshotBucket(f"{name}-etcd-snapshots", spec.name, args.region, opts=child)
+        server_snapshots = aws.iam.RolePolicy(
+            f"{name}-server-snapshots",
+            role=server_role.role.id,
+            policy=snapshots.bucket.arn.apply(lambda arn: json.dumps(snapshot_access_policy(arn))),
+            opts=pulumi.ResourceOptions(parent=server_role.role),
+        )
         agent_role = role_with_policies(
             f"{name}-agent", service_trust_policy("ec2.amazonaws.com"), NODE_POLICIES, parent=self
         )
@@ -277,7 +285,14 @@ class AwsK3sCluster(pulumi.ComponentResource):
             server_role,
             server_secret,
             [api_host, registration_host],
-            boot_after=[server_secret_value, server_reads, *server_role.grants],
+            snapshots.store,
+            boot_after=[
+                server_secret_value,
+                server_reads,
+                server_snapshots,
+                *snapshots.ready,
+                *server_role.grants,
+            ],
         )
         registration_url = pulumi.Output.format("https://{0}:{1}", registration_host, API_PORT)
 
@@ -489,6 +504,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         role: GrantedRole,
         secret: aws.secretsmanager.Secret,
         tls_sans: Sequence[pulumi.Output[str]],
+        snapshots: pulumi.Output[SnapshotStore],
         boot_after: Sequence[pulumi.Resource],
     ) -> list[aws.ec2.Instance]:
         """The servers on their interfaces; each knows the others' addresses, server 0 founds the cluster."""
@@ -502,7 +518,9 @@ class AwsK3sCluster(pulumi.ComponentResource):
         servers: list[aws.ec2.Instance] = []
         for index, interface in enumerate(interfaces):
             peers = [url for other, url in enumerate(urls) if other != index]
-            user_data = server_user_data(spec, secret.arn, tls_sans, peers, index == 0, aws_node_bootstrap())
+            user_data = server_user_data(
+                spec, secret.arn, tls_sans, peers, index == 0, snapshots, aws_node_bootstrap()
+            )
             servers.append(
                 aws.ec2.Instance(
                     f"{name}-server-{index}",

@@ -23,7 +23,7 @@ from components.autoscaler import (
 from components.catalog import load_catalog
 from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
 from components.configbase import ConfigIssue, config_path, raise_if_any
-from components.k3s.cloudinit import API_PORT, AgentNode, agent_cloud_config
+from components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore, agent_cloud_config
 from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
 from components.k3s.readiness import gated_kubernetes_provider
 from components.spec import ClusterSpec, pool_child_name
@@ -39,6 +39,7 @@ from providers.gcp.autoscaling import (
     kube_env,
     resize_condition,
 )
+from providers.gcp.backups import SnapshotBucket
 from providers.gcp.iam import NodeServiceAccount, custom_role
 from providers.gcp.k3s_bootstrap import gce_node_bootstrap
 from providers.gcp.location import project_and_region, zone_issues
@@ -208,7 +209,16 @@ class GcpK3sCluster(pulumi.ComponentResource):
             if spec.system_pool.nodes > 1
             else server_addresses[0]
         )
-        control_plane = K3sControlPlane(f"{name}-control-plane", spec.name, api_address.address, opts=child)
+        snapshots = SnapshotBucket(
+            f"{name}-etcd-snapshots", spec.name, args.project, args.region, identities.servers, opts=child
+        )
+        control_plane = K3sControlPlane(
+            f"{name}-control-plane",
+            spec.name,
+            api_address.address,
+            server_files=snapshots.credentials,
+            opts=child,
+        )
         secret_api = [apis["secretmanager.googleapis.com"]]
         server_secret, server_boot = self._secret(
             name, "servers", control_plane.server_secret, identities.servers, secret_api
@@ -224,7 +234,8 @@ class GcpK3sCluster(pulumi.ComponentResource):
             server_secret,
             server_addresses,
             [api_address.address, registration_address.address],
-            server_boot,
+            snapshots.store,
+            [*server_boot, *snapshots.ready],
         )
         forwarding = self._load_balancers(
             name, args, network, servers, api_address, registration_address if len(servers) > 1 else None
@@ -346,6 +357,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
         secret: gcp.secretmanager.Secret,
         addresses: Sequence[gcp.compute.Address],
         tls_sans: Sequence[pulumi.Output[str]],
+        snapshots: pulumi.Output[SnapshotStore],
         boot_after: Sequence[pulumi.Resource],
     ) -> list[gcp.compute.Instance]:
         """The servers on their reserved internal addresses, which outlive them: the other servers, the
@@ -357,7 +369,9 @@ class GcpK3sCluster(pulumi.ComponentResource):
         servers: list[gcp.compute.Instance] = []
         for index, address in enumerate(addresses):
             peers = [url for other, url in enumerate(urls) if other != index]
-            user_data = server_user_data(spec, secret.id, tls_sans, peers, index == 0, gce_node_bootstrap())
+            user_data = server_user_data(
+                spec, secret.id, tls_sans, peers, index == 0, snapshots, gce_node_bootstrap()
+            )
             servers.append(
                 gcp.compute.Instance(
                     f"{name}-server-{index}",
