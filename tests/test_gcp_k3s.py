@@ -473,7 +473,7 @@ def test_autoscaler_nodes_flags_name_exactly_the_groups(gcp_k3s, gcp_k3s_config)
     )
 
 
-def test_autoscaler_may_resize_exactly_the_groups_and_read_what_it_plans_with(gcp_k3s):
+def test_autoscaler_may_resize_instance_groups_and_read_what_it_plans_with(gcp_k3s):
     reader = gcp_k3s.by_name("ml-autoscaler-reader").inputs
     resizer = gcp_k3s.by_name("ml-autoscaler-resizer").inputs
     assert reader["permissions"] == list(AUTOSCALER_READ_PERMISSIONS)
@@ -481,11 +481,9 @@ def test_autoscaler_may_resize_exactly_the_groups_and_read_what_it_plans_with(gc
     assert resizer["permissions"] == list(AUTOSCALER_RESIZE_PERMISSIONS)
     binding = gcp_k3s.by_name("ml-autoscaler-resizes").inputs
     assert binding["member"] == SERVERS_SA and binding["role"].endswith("/roles/ml_autoscaler_resizer")
-    names = set(re.findall(r'resource\.name == "([^"]+)"', binding["condition"]["expression"]))
-    assert names == {
-        f"projects/gpu-k8s-demo/zones/{g.inputs['zone']}/instanceGroupManagers/{g.id.rsplit('/', 1)[1]}"
-        for g in gcp_k3s.by_type(GROUP_MANAGER)
-    }
+    # No condition on the groups' names: IAM does not evaluate resource.name for instance group managers,
+    # so one would deny the resize instead of narrowing it (providers/gcp/k3s.py _autoscaler_access).
+    assert "condition" not in binding
 
 
 def test_autoscaler_values_exist_in_the_pinned_chart(gcp_k3s):

@@ -70,19 +70,6 @@ def instance_group_url(
     )
 
 
-def instance_group_manager_name(
-    project: pulumi.Input[str], zone: pulumi.Input[str], name: pulumi.Input[str]
-) -> pulumi.Output[str]:
-    """The group manager's resource name as IAM conditions see it."""
-    return pulumi.Output.format("projects/{0}/zones/{1}/instanceGroupManagers/{2}", project, zone, name)
-
-
-def resize_condition(group_names: Sequence[str]) -> str:
-    """An IAM condition true for exactly these instance group managers (resource names; the format of
-    Compute Engine resource names in conditions is recalled, UNCONFIRMED here)."""
-    return " || ".join(f'resource.name == "{name}"' for name in sorted(group_names))
-
-
 def autoscaler_cloud_values(groups: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Chart values for the GCE provider with one `--nodes=<min>:<max>:<group URL>` per group: the chart
     renders `autoscalingGroups` that way for every provider but Hetzner (templates/deployment.yaml)."""

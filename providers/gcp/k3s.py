@@ -34,10 +34,8 @@ from providers.gcp.autoscaling import (
     AUTOSCALER_RESIZE_PERMISSIONS,
     KUBE_ENV_KEY,
     autoscaler_cloud_values,
-    instance_group_manager_name,
     instance_group_url,
     kube_env,
-    resize_condition,
 )
 from providers.gcp.backups import SnapshotBucket
 from providers.gcp.iam import NodeServiceAccount, custom_role
@@ -604,45 +602,34 @@ class GcpK3sCluster(pulumi.ComponentResource):
         self, name: str, project: str, servers: NodeServiceAccount
     ) -> list[pulumi.Resource]:
         """The autoscaler runs on the servers as their service account: read what it plans with, and resize
-        exactly this cluster's GPU groups."""
+        instance groups, project-wide. It cannot be narrowed to this cluster's groups: instance group
+        managers take no IAM policy of their own (Compute API v1: no setIamPolicy among their methods), and
+        they are not among the resource types IAM Conditions evaluate `resource.name` for (Google Cloud,
+        "Resource attributes for IAM Conditions": the Compute types go from Instance to InstanceTemplate),
+        so a condition on their names would not grant the resize. A project per cluster bounds it."""
         child = pulumi.ResourceOptions(parent=self)
-        reader, resizer = (
-            custom_role(
+        grants: list[pulumi.Resource] = []
+        for purpose, what, permissions, verb in (
+            ("reader", "read", AUTOSCALER_READ_PERMISSIONS, "reads"),
+            ("resizer", "resize", AUTOSCALER_RESIZE_PERMISSIONS, "resizes"),
+        ):
+            role = custom_role(
                 f"{name}-autoscaler-{purpose}",
                 project,
                 f"cluster-autoscaler of {name}: {what}",
                 permissions,
                 self,
             )
-            for purpose, what, permissions in (
-                ("reader", "read", AUTOSCALER_READ_PERMISSIONS),
-                ("resizer", "resize", AUTOSCALER_RESIZE_PERMISSIONS),
+            grants.append(
+                gcp.projects.IAMMember(
+                    f"{name}-autoscaler-{verb}",
+                    project=project,
+                    role=role.name,
+                    member=servers.member,
+                    opts=child,
+                )
             )
-        )
-        group_names = pulumi.Output.all(
-            *(instance_group_manager_name(project, g.zone, g.manager.name) for g in self.groups)
-        )
-        return [
-            gcp.projects.IAMMember(
-                f"{name}-autoscaler-reads",
-                project=project,
-                role=reader.name,
-                member=servers.member,
-                opts=child,
-            ),
-            gcp.projects.IAMMember(
-                f"{name}-autoscaler-resizes",
-                project=project,
-                role=resizer.name,
-                member=servers.member,
-                condition=gcp.projects.IAMMemberConditionArgs(
-                    title="gpu-groups-of-this-cluster",
-                    description=f"The GPU instance groups of {name}",
-                    expression=group_names.apply(lambda names: resize_condition(list(names))),
-                ),
-                opts=child,
-            ),
-        ]
+        return grants
 
 
 def build(spec: ClusterSpec) -> GpuCluster:
