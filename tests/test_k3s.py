@@ -134,7 +134,9 @@ def test_the_schema_check_catches_a_misspelt_key(cloud_config_validator):
 @pytest.mark.parametrize("golden", sorted(RENDERED))
 def test_every_shell_script_passes_shellcheck(golden, tmp_path: Path):
     files = user_data_files(RENDERED[golden]())
-    for path in (cloudinit.BOOTSTRAP_FILE, cloudinit.NODE_FACTS_FILE):
+    scripts = [path for path in files if path.endswith(".sh")]
+    assert {cloudinit.BOOTSTRAP_FILE, cloudinit.NODE_FACTS_FILE} <= set(scripts)
+    for path in scripts:
         script = tmp_path / Path(path).name
         script.write_text(files[path])
         result = subprocess.run(

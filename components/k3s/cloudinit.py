@@ -45,6 +45,23 @@ SERVER_TAINT = TaintSpec(key="CriticalAddonsOnly", value="true", effect="NoExecu
 # "Kubelet configuration": the recommended way, k3s >= 1.32).
 KUBELET_CONFIG_DROP_IN = f"{DATA_DIR}/agent/etc/kubelet.conf.d/20-gpu-k8s.conf"
 BOOTSTRAP_FILE = f"{LIB_DIR}/bootstrap.sh"
+# Pods on GPU agents reach no instance metadata, where the node's cloud credentials are; the node itself and
+# host-network pods (the termination handler, CSI node plugins) keep it. A policy-routing rule refuses what
+# comes from the pod network (k3s's default cluster-cidr) for the metadata address. It is applied before
+# every start of k3s (a drop-in of the unit the install script writes), and systemd-networkd is told to
+# leave rules it did not make alone (networkd.conf ManageForeignRoutingPolicyRules, systemd >= 249).
+POD_CIDR = "10.42.0.0/16"
+METADATA_ADDRESS = "169.254.169.254"
+POD_METADATA_BLOCK_FILE = f"{LIB_DIR}/block-pod-metadata.sh"
+POD_METADATA_BLOCK = f"""#!/bin/bash
+# gpu-k8s: pods on this node may not reach instance metadata ({METADATA_ADDRESS}).
+set -euo pipefail
+rule=(from {POD_CIDR} to {METADATA_ADDRESS}/32)
+while ip rule del "${{rule[@]}}" 2> /dev/null; do :; done
+ip rule add "${{rule[@]}}" prohibit priority 100
+"""
+AGENT_UNIT_DROP_IN = "/etc/systemd/system/k3s-agent.service.d/10-gpu-k8s-pod-metadata.conf"
+NETWORKD_DROP_IN = "/etc/systemd/networkd.conf.d/90-gpu-k8s.conf"
 INSTALL_FILE = f"{LIB_DIR}/k3s-install.sh"
 API_PORT = 6443
 # The install script at the release's tag, so the script is pinned with the binary it installs (it then
@@ -433,7 +450,13 @@ def agent_cloud_config(node: AgentNode, bootstrap: NodeBootstrap) -> str:
     """User data of a k3s agent in a GPU pool."""
     wait = wait_for_server(node.server_url)
     script = bootstrap_script("agent", node.k3s_version, node.secret_name, node.labels, node.taints, wait)
-    files = [*_common_files(bootstrap, script), _file(f"{CONFIG_DIR}/config.yaml", _yaml(agent_config(node)))]
+    files = [
+        *_common_files(bootstrap, script),
+        _file(f"{CONFIG_DIR}/config.yaml", _yaml(agent_config(node))),
+        _file(POD_METADATA_BLOCK_FILE, POD_METADATA_BLOCK, "0700"),
+        _file(AGENT_UNIT_DROP_IN, f"[Service]\nExecStartPre={POD_METADATA_BLOCK_FILE}\n", "0644"),
+        _file(NETWORKD_DROP_IN, "[Network]\nManageForeignRoutingPolicyRules=no\n", "0644"),
+    ]
     if node.kubelet_config:
         files.append(_file(KUBELET_CONFIG_DROP_IN, _yaml(kubelet_config_drop_in(node.kubelet_config))))
     return _cloud_config(files)
