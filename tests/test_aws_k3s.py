@@ -677,3 +677,64 @@ def test_only_the_servers_may_write_snapshots_and_only_to_their_bucket(aws_k3s):
         dependencies = set(aws_k3s.by_name(f"ml-server-{index}").dependencies)
         assert policy.urn in dependencies
         assert aws_k3s.by_name("ml-etcd-snapshots-no-public-access").urn in dependencies
+
+
+# --- the AWS cloud controller manager ---
+
+
+def test_every_node_defers_to_the_aws_cloud_controller_and_is_named_after_its_instance(aws_k3s):
+    scripts = [
+        user_data_files(aws_k3s.by_name(f"ml-server-{i}").inputs["userData"])[cloudinit.BOOTSTRAP_FILE]
+        for i in range(3)
+    ]
+    scripts += [
+        user_data_files(base64.b64decode(aws_k3s.by_name(f"ml-gpu-{pool}-lt").inputs["userData"]).decode())[
+            cloudinit.BOOTSTRAP_FILE
+        ]
+        for pool in ("l4", "h100")
+    ]
+    for script in scripts:
+        node = node_drop_in(script)
+        assert "cloud-provider=external" in node["kubelet-arg"]
+        assert node["node-name"] == "${NODE_NAME}"
+    for index in range(3):
+        files = user_data_files(aws_k3s.by_name(f"ml-server-{index}").inputs["userData"])
+        assert (
+            yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])["disable-cloud-controller"] is True
+        )
+
+
+def test_the_cloud_controller_goes_first_and_may_only_describe(aws_k3s):
+    release = aws_k3s.by_name("ml-cloud-controller")
+    inputs = release.inputs
+    assert (inputs["chart"], inputs["version"], inputs["repositoryOpts"]["repo"]) == (
+        "aws-cloud-controller-manager",
+        "0.0.11",
+        "https://kubernetes.github.io/cloud-provider-aws",
+    )
+    assert inputs["values"]["image"]["tag"] == aws_k3s_module.CCM_IMAGE_TAGS["1.36"]
+
+    # Every other Kubernetes object waits for it, directly or through what it waits for: nothing schedules
+    # on an uninitialised node.
+    def waits_for(resource: Registration, urn: str) -> bool:
+        seen, todo = set(), list(resource.dependencies)
+        while todo:
+            current = todo.pop()
+            if current == urn:
+                return True
+            if current not in seen:
+                seen.add(current)
+                todo.extend(aws_k3s.by_urn(current).dependencies)
+        return False
+
+    others = [
+        r
+        for r in aws_k3s.registrations
+        if r.custom and r.type.startswith("kubernetes:") and r.name != "ml-cloud-controller"
+    ]
+    assert len(others) >= 5
+    assert [r.name for r in others if not waits_for(r, release.urn)] == []
+    policy = aws_k3s.by_name("ml-server-cloud-controller")
+    assert policy.urn in release.dependencies
+    (statement,) = json.loads(policy.inputs["policy"])["Statement"]
+    assert statement["Resource"] == "*" and all(a.startswith("ec2:Describe") for a in statement["Action"])

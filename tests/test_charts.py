@@ -42,7 +42,13 @@ EXPECTED_CHARTS = {
     "aws_eks": {"gpu-operator", "cluster-autoscaler"},
     "mixed_sharing": {"gpu-operator", "cluster-autoscaler"},
     "gcp_gke": {"gpu-operator"},
-    "aws_k3s": {"gpu-operator", "cluster-autoscaler", "aws-ebs-csi-driver", "aws-node-termination-handler"},
+    "aws_k3s": {
+        "gpu-operator",
+        "cluster-autoscaler",
+        "aws-ebs-csi-driver",
+        "aws-node-termination-handler",
+        "aws-cloud-controller-manager",
+    },
     "gcp_k3s": {"gpu-operator", "cluster-autoscaler"},
 }
 
@@ -607,3 +613,28 @@ def test_operator_runs_on_shared_pools_despite_their_sharing_taint(rendered):
         if "worker" in o["metadata"]["name"]
     ]
     assert tolerates(worker["spec"]["template"]["spec"], "gpu-k8s.io/sharing", "NoSchedule")
+
+
+def test_the_aws_cloud_controller_runs_the_node_controllers_on_the_servers_and_their_network(rendered):
+    """It initialises every node (each waits tainted until then) and deletes the Node of a terminated
+    instance; it must run before cluster DNS does, and on the tainted servers."""
+    spec = the(rendered["aws_k3s", "aws-cloud-controller-manager"].of_kind("DaemonSet"))["spec"]["template"][
+        "spec"
+    ]
+    container = the(spec["containers"])
+    # The stack's Kubernetes minor (1.36) picks the CCM build.
+    assert container["image"] == "registry.k8s.io/provider-aws/cloud-controller-manager:v1.36.1"
+    assert "--cloud-provider=aws" in container["args"]
+    assert "--controllers=cloud-node-controller,cloud-node-lifecycle-controller" in container["args"]
+    assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "Default"
+    # k3s labels its servers control-plane=true; the chart's default selector value is "".
+    assert spec["nodeSelector"] == {
+        "gpu-k8s.io/pool": "system",
+        "node-role.kubernetes.io/control-plane": "true",
+    }
+    assert tolerates(spec, "CriticalAddonsOnly", "NoExecute")
+    assert {
+        "key": "node.cloudprovider.kubernetes.io/uninitialized",
+        "value": "true",
+        "effect": "NoSchedule",
+    } in spec["tolerations"]

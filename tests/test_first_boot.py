@@ -235,6 +235,9 @@ def test_aws_agent_boots_joins_with_its_instance_facts_and_reads_its_secret_once
     assert assert_secret_files_written(result, scenario) == [f"{CONFIG_DIR}/agent-token"]
     config = node_config(result)
     assert "provider-id=aws:///us-east-1b/i-0123456789abcdef0" in config["kubelet-arg"]
+    # Named after its instance, and initialised by the AWS cloud controller manager.
+    assert config["node-name"] == "i-0123456789abcdef0"
+    assert "cloud-provider=external" in config["kubelet-arg"]
     assert {
         "node.kubernetes.io/instance-type=g6.xlarge",
         "topology.kubernetes.io/zone=us-east-1b",

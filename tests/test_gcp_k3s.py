@@ -352,7 +352,8 @@ def test_nodes_read_their_secret_by_name_and_facts_from_the_metadata_server(gcp_
     files = user_data_files(agent_user_data(gcp_k3s, "l4"))
     assert "projects/gpu-k8s-demo/secrets/ml-k3s-agents" in files[cloudinit.BOOTSTRAP_FILE]
     facts = files[cloudinit.NODE_FACTS_FILE]
-    assert 'PROVIDER_ID="gce://$(metadata project/project-id)/$ZONE/$(metadata instance/name)"' in facts
+    assert "NODE_NAME=$(metadata instance/name)" in facts
+    assert 'PROVIDER_ID="gce://$(metadata project/project-id)/$ZONE/$NODE_NAME"' in facts
     assert "Metadata-Flavor: Google" in facts
     assert "provider-id=${PROVIDER_ID}" in node_drop_in(files[cloudinit.BOOTSTRAP_FILE])["kubelet-arg"]
 
@@ -847,3 +848,15 @@ def test_the_snapshot_bucket_is_private_versioned_and_only_the_servers_may_use_i
     for index in range(3):
         dependencies = set(gcp_k3s.by_name(f"ml-server-{index}").dependencies)
         assert member.urn in dependencies
+
+
+def test_without_a_cloud_controller_manager_gce_nodes_keep_k3s_s_own(gcp_k3s):
+    """cloud-provider=external without a CCM would leave every node tainted uninitialised forever."""
+    for index in range(3):
+        files = server_files(gcp_k3s, index)
+        assert "cloud-provider=external" not in node_drop_in(files[cloudinit.BOOTSTRAP_FILE])["kubelet-arg"]
+        assert (
+            yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])["disable-cloud-controller"] is False
+        )
+    agent = user_data_files(gcp_k3s.by_name("ml-gpu-l4-template").inputs["metadata"]["user-data"])
+    assert "cloud-provider=external" not in node_drop_in(agent[cloudinit.BOOTSTRAP_FILE])["kubelet-arg"]

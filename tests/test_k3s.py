@@ -169,7 +169,8 @@ def test_agents_set_their_provider_id_real_instance_type_zone_labels_and_taints(
     assert config["node-taint"] == ["nvidia.com/gpu=true:NoSchedule"]
     # The facts come from instance metadata, in the format the cluster-autoscaler parses.
     facts = user_data_files(RENDERED["aws-agent.yaml"]())[cloudinit.NODE_FACTS_FILE]
-    assert 'PROVIDER_ID="aws:///$ZONE/$(imds instance-id)"' in facts
+    assert "NODE_NAME=$(imds instance-id)" in facts and 'PROVIDER_ID="aws:///$ZONE/$NODE_NAME"' in facts
+    assert config["node-name"] == "${NODE_NAME}"
     assert "X-aws-ec2-metadata-token" in facts
 
 

@@ -195,8 +195,8 @@ def test_k3s_nodes_wait_for_their_roles_permissions(aws_k3s: Recording):
         r.urn for r in aws_k3s.registrations if r.parent == aws_k3s.by_name("ml-server-role").urn
     }
     agent_grants = {r.urn for r in aws_k3s.registrations if r.parent == aws_k3s.by_name("ml-agent-role").urn}
-    # Servers: two attachments, autoscaler policy, secret read, snapshot bucket; agents: one, secret read.
-    assert len(server_grants) == 5 and len(agent_grants) == 2
+    # Servers: two attachments, autoscaler, secrets, snapshots, cloud controller; agents: one, secrets.
+    assert len(server_grants) == 6 and len(agent_grants) == 2
     for server in (aws_k3s.by_name(f"ml-server-{i}") for i in range(3)):
         assert server_grants <= set(server.dependencies)
     for group in aws_k3s.by_type("aws:autoscaling/group:Group"):

@@ -112,7 +112,8 @@ def install_url(version: str) -> str:
 class NodeBootstrap:
     """What a cloud provider supplies so a node can learn about itself and read its secrets."""
 
-    # Sourced by bash: sets PROVIDER_ID, INSTANCE_TYPE, ZONE and REGION from the metadata service.
+    # Sourced by bash: sets NODE_NAME (the node's name in Kubernetes, as the cloud's controller manager
+    # expects it), PROVIDER_ID, INSTANCE_TYPE, ZONE and REGION from the metadata service.
     node_facts_sh: str
     # Run with python3 and one argument, the secret's name: prints the secret's value (the payload) to stdout
     # and exits non-zero, printing nothing of it, when it cannot.
@@ -152,6 +153,9 @@ class ServerNode:
     labels: Mapping[str, str]
     exempt_namespaces: Sequence[str]
     pod_security: PodSecurityLevel = "baseline"
+    # The cloud's own controller manager runs instead of k3s's embedded one (which reports every node as
+    # existing): k3s's is disabled and every kubelet waits for the cloud's to initialise its node.
+    external_cloud_provider: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,8 @@ class AgentNode:
     taints: Sequence[str] = field(default_factory=tuple)
     # KubeletConfiguration fields that have no command-line flag (e.g. graceful node shutdown).
     kubelet_config: Mapping[str, Any] = field(default_factory=dict)
+    # As for ServerNode: must be the same on every node of a cluster.
+    external_cloud_provider: bool = False
 
 
 def server_secret_payload(
@@ -250,6 +256,7 @@ def server_config(node: ServerNode) -> dict[str, Any]:
         ],
         "kube-controller-manager-arg": ["terminated-pod-gc-threshold=100"],
         "node-taint": [f"{SERVER_TAINT.key}={SERVER_TAINT.value}:{SERVER_TAINT.effect}"],
+        "disable-cloud-controller": node.external_cloud_provider,
         "etcd-snapshot-schedule-cron": SNAPSHOT_SCHEDULE,
         "etcd-snapshot-retention": SNAPSHOT_RETENTION,
         "etcd-snapshot-compress": True,
@@ -287,6 +294,7 @@ def bootstrap_script(
     labels: Mapping[str, str],
     taints: Sequence[str],
     start: str,
+    external_cloud_provider: bool,
 ) -> str:
     """The first-boot script: kernel settings, node facts, secrets, node config, `start` (the shell that
     waits for the cluster, or decides how to start it), install k3s.
@@ -294,8 +302,10 @@ def bootstrap_script(
     Label and taint strings are validated by the spec (no shell or YAML metacharacters); they are quoted
     anyway. The node's facts become k3s settings here because they exist only on the node.
     """
+    cloud_provider = ["cloud-provider=external"] if external_cloud_provider else []
     node_lines = [
-        *_list_block("kubelet-arg", ["provider-id=${PROVIDER_ID}", *KUBELET_ARGS]),
+        'node-name: "${NODE_NAME}"',
+        *_list_block("kubelet-arg", ["provider-id=${PROVIDER_ID}", *cloud_provider, *KUBELET_ARGS]),
         *_list_block(
             "node-label",
             [
@@ -435,6 +445,7 @@ def server_cloud_config(node: ServerNode, bootstrap: NodeBootstrap) -> str:
         node.labels,
         (),
         join_or_found(node.peer_urls, node.founder),
+        node.external_cloud_provider,
     )
     return _cloud_config(
         [
@@ -449,7 +460,15 @@ def server_cloud_config(node: ServerNode, bootstrap: NodeBootstrap) -> str:
 def agent_cloud_config(node: AgentNode, bootstrap: NodeBootstrap) -> str:
     """User data of a k3s agent in a GPU pool."""
     wait = wait_for_server(node.server_url)
-    script = bootstrap_script("agent", node.k3s_version, node.secret_name, node.labels, node.taints, wait)
+    script = bootstrap_script(
+        "agent",
+        node.k3s_version,
+        node.secret_name,
+        node.labels,
+        node.taints,
+        wait,
+        node.external_cloud_provider,
+    )
     files = [
         *_common_files(bootstrap, script),
         _file(f"{CONFIG_DIR}/config.yaml", _yaml(agent_config(node))),

@@ -57,6 +57,7 @@ def server_user_data(
     founder: bool,
     snapshots: pulumi.Output[SnapshotStore],
     bootstrap: NodeBootstrap,
+    external_cloud_provider: bool,
 ) -> pulumi.Output[str]:
     """One server's cloud-config, once the names it is reached by, its peers' addresses and its snapshot
     bucket are known."""
@@ -73,6 +74,7 @@ def server_user_data(
             labels={POOL_LABEL: SYSTEM_POOL_NAME},
             exempt_namespaces=[OPERATOR_NAMESPACE],
             pod_security=spec.k3s.pod_security,
+            external_cloud_provider=external_cloud_provider,
         )
         return server_cloud_config(node, bootstrap)
 

@@ -42,6 +42,7 @@ from providers.aws.autoscaling import (
 from providers.aws.backups import SnapshotBucket, snapshot_access_policy
 from providers.aws.iam import (
     MANAGED,
+    POLICY_VERSION,
     GrantedRole,
     cluster_autoscaler_policy,
     role_with_policies,
@@ -78,6 +79,28 @@ NTH_CHART_VERSION = "0.27.6"
 # Published only as an OCI artifact since 2024 (the chart's README at v1.25.6); aws/eks-charts' index stops
 # at 0.21.0 (upstream/charts/sources.json has the evidence).
 NTH_REPO = "oci://public.ecr.aws/aws-ec2/helm"
+CCM_CHART = "aws-cloud-controller-manager"
+CCM_CHART_VERSION = "0.0.11"
+CCM_REPO = "https://kubernetes.github.io/cloud-provider-aws"
+# One CCM build per Kubernetes minor, meant for that minor only (cloud-provider-aws docs/README.md,
+# "Compatibility with Kubernetes"); the chart's own default is v1.35.0. Newest tag per minor, and
+# registry.k8s.io's promotion of it, as recorded in shared/upstream-charts/index.json: v1.36.1 is not in
+# the promotion file seen there (UNCONFIRMED on registry.k8s.io).
+CCM_IMAGE_TAGS = {"1.33": "v1.33.4", "1.34": "v1.34.3", "1.35": "v1.35.2", "1.36": "v1.36.1"}
+# Only the node controllers: they name, label and address nodes from EC2 and delete the Node of a
+# terminated instance (canonical names: k8s.io/cloud-provider names package). Load balancers for Services
+# (service-lb-controller) would need write access to EC2 and ELB across the account; not enabled.
+CCM_CONTROLLERS = ("cloud-node-controller", "cloud-node-lifecycle-controller")
+# What the node controllers call: the instance behind a provider ID, its zone's ID, its topology
+# (read-only actions of cloud-provider-aws docs/prerequisites.md's control-plane policy).
+CCM_ACTIONS = (
+    "ec2:DescribeInstances",
+    "ec2:DescribeRegions",
+    "ec2:DescribeAvailabilityZones",
+    "ec2:DescribeInstanceTopology",
+)
+UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 FLANNEL_VXLAN_PORT = 8472
 KUBELET_PORT = 10250
 ETCD_PORTS = (2379, 2380)
@@ -121,6 +144,39 @@ def ebs_csi_values(region: str) -> dict[str, object]:
     return {
         "controller": {"region": region, "nodeSelector": {POOL_LABEL: SYSTEM_POOL_NAME}},
         "node": {"metadataSources": "kubernetes"},
+    }
+
+
+def cloud_controller_values(
+    cluster_name: str, kubernetes_version: str, tolerations: list[dict[str, str]]
+) -> dict[str, object]:
+    """The AWS CCM on the servers, on their network (instance metadata and the API without cluster DNS,
+    which waits for initialised nodes), tolerating what every node carries until it initialises them."""
+    return {
+        "image": {"tag": CCM_IMAGE_TAGS[kubernetes_version]},
+        "args": [
+            "--v=2",
+            "--cloud-provider=aws",
+            f"--cluster-name={cluster_name}",
+            f"--controllers={','.join(CCM_CONTROLLERS)}",
+        ],
+        "hostNetworking": True,
+        # Helm merges this map into the chart's, whose control-plane label selects "" (kubeadm's value):
+        # k3s labels its servers "true".
+        "nodeSelector": {CONTROL_PLANE_LABEL: "true", POOL_LABEL: SYSTEM_POOL_NAME},
+        "tolerations": [
+            {"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"},
+            *tolerations,
+        ],
+    }
+
+
+def cloud_controller_policy() -> dict[str, object]:
+    return {
+        "Version": POLICY_VERSION,
+        "Statement": [
+            {"Sid": "NodeControllers", "Effect": "Allow", "Action": list(CCM_ACTIONS), "Resource": "*"}
+        ],
     }
 
 
@@ -265,6 +321,12 @@ class AwsK3sCluster(pulumi.ComponentResource):
             inline_policy=cluster_autoscaler_policy(spec.name),
         )
         server_reads = self._reads_secrets(f"{name}-server", server_role, [server_secret, agent_secret])
+        server_ccm = aws.iam.RolePolicy(
+            f"{name}-server-cloud-controller",
+            role=server_role.role.id,
+            policy=json.dumps(cloud_controller_policy()),
+            opts=pulumi.ResourceOptions(parent=server_role.role),
+        )
         snapshots = SnapshotBucket(f"{name}-etcd-snapshots", spec.name, args.region, opts=child)
         server_snapshots = aws.iam.RolePolicy(
             f"{name}-server-snapshots",
@@ -290,6 +352,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 server_secret_value,
                 server_reads,
                 server_snapshots,
+                server_ccm,
                 *snapshots.ready,
                 *server_role.grants,
             ],
@@ -313,12 +376,27 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 boot_after=[agent_secret_value, agent_reads, *agent_role.grants],
             )
 
-        system_ready: list[pulumi.Resource] = [
+        servers_reachable: list[pulumi.Resource] = [
             *servers,
             *api.ready,
             *(registration.ready if registration is not None else ()),
         ]
-        k8s_provider = gated_kubernetes_provider(name, control_plane.kubeconfig, system_ready, self)
+        k8s_provider = gated_kubernetes_provider(name, control_plane.kubeconfig, servers_reachable, self)
+        # Every node waits, tainted, for the cloud controller manager to initialise it: it goes first.
+        cloud_controller = helm_release(
+            f"{name}-cloud-controller",
+            chart=CCM_CHART,
+            version=CCM_CHART_VERSION,
+            repository=CCM_REPO,
+            namespace="kube-system",
+            values=cloud_controller_values(
+                spec.name, spec.kubernetes_version, args.traits.system_tolerations
+            ),
+            parent=self,
+            provider=k8s_provider,
+            depends_on=[*servers_reachable, server_ccm],
+        )
+        system_ready: list[pulumi.Resource] = [*servers_reachable, cloud_controller]
         ebs_csi = helm_release(
             f"{name}-ebs-csi",
             chart=EBS_CSI_CHART,
@@ -519,7 +597,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         for index, interface in enumerate(interfaces):
             peers = [url for other, url in enumerate(urls) if other != index]
             user_data = server_user_data(
-                spec, secret.arn, tls_sans, peers, index == 0, snapshots, aws_node_bootstrap()
+                spec, secret.arn, tls_sans, peers, index == 0, snapshots, aws_node_bootstrap(), True
             )
             servers.append(
                 aws.ec2.Instance(
@@ -584,6 +662,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                         secret_name=parts[1],
                         labels=agent_labels(pool),
                         taints=agent_taints(pool),
+                        external_cloud_provider=True,
                     ),
                     aws_node_bootstrap(),
                 ).encode()

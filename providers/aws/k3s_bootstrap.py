@@ -12,7 +12,9 @@ from providers.aws.iam import POLICY_VERSION
 FETCH_SCRIPT = Path(__file__).parent / "files" / "fetch_secret.py"
 
 # IMDSv2 only: a session token first, then the instance's facts. The provider ID format is the one the
-# cluster-autoscaler parses (aws:///<zone>/<instance-id>, cloudprovider/aws).
+# cluster-autoscaler parses (aws:///<zone>/<instance-id>, cloudprovider/aws). Nodes are named after their
+# instance, the resource-based naming the AWS cloud controller manager accepts (cloud-provider-aws
+# docs/prerequisites.md); an instance ID is never reused, so a replacement never meets an old node's name.
 NODE_FACTS_SH = """\
 imds_token=$(curl -sf --retry 5 -X PUT http://169.254.169.254/latest/api/token \\
   -H "X-aws-ec2-metadata-token-ttl-seconds: 300")
@@ -22,8 +24,9 @@ imds() {
 ZONE=$(imds placement/availability-zone)
 REGION=$(imds placement/region)
 INSTANCE_TYPE=$(imds instance-type)
-PROVIDER_ID="aws:///$ZONE/$(imds instance-id)"
-export ZONE REGION INSTANCE_TYPE PROVIDER_ID
+NODE_NAME=$(imds instance-id)
+PROVIDER_ID="aws:///$ZONE/$NODE_NAME"
+export ZONE REGION INSTANCE_TYPE NODE_NAME PROVIDER_ID
 """
 
 

@@ -368,7 +368,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
         for index, address in enumerate(addresses):
             peers = [url for other, url in enumerate(urls) if other != index]
             user_data = server_user_data(
-                spec, secret.id, tls_sans, peers, index == 0, snapshots, gce_node_bootstrap()
+                spec, secret.id, tls_sans, peers, index == 0, snapshots, gce_node_bootstrap(), False
             )
             servers.append(
                 gcp.compute.Instance(

@@ -12,7 +12,8 @@ FETCH_SCRIPT = Path(__file__).parent / "files" / "fetch_secret.py"
 
 # The metadata server answers only requests that carry Metadata-Flavor: Google. Zone and machine type come
 # back as resource paths (projects/<number>/zones/<zone>); the provider ID is the form the cluster-autoscaler
-# parses (gce://<project-id>/<zone>/<instance-name>, cloudprovider/gce GceRefFromProviderId).
+# parses (gce://<project-id>/<zone>/<instance-name>, cloudprovider/gce GceRefFromProviderId). Nodes are
+# named after their instance, as Compute Engine's hostname already names them.
 NODE_FACTS_SH = """\
 metadata() {
   curl -sf --retry 5 -H "Metadata-Flavor: Google" "http://metadata.google.internal/computeMetadata/v1/$1"
@@ -22,8 +23,9 @@ ZONE=${ZONE##*/}
 REGION=${ZONE%-*}
 INSTANCE_TYPE=$(metadata instance/machine-type)
 INSTANCE_TYPE=${INSTANCE_TYPE##*/}
-PROVIDER_ID="gce://$(metadata project/project-id)/$ZONE/$(metadata instance/name)"
-export ZONE REGION INSTANCE_TYPE PROVIDER_ID
+NODE_NAME=$(metadata instance/name)
+PROVIDER_ID="gce://$(metadata project/project-id)/$ZONE/$NODE_NAME"
+export ZONE REGION INSTANCE_TYPE NODE_NAME PROVIDER_ID
 """
 
 
