@@ -17,7 +17,7 @@ import yaml
 from components.catalog import load_catalog
 from components.k3s import cloudinit
 from components.spec import SUPPORTED_KUBERNETES_MINORS
-from providers.gcp import pd_csi
+from providers.gcp import cloud_controller, pd_csi
 from providers.gcp.autoscaling import AUTOSCALER_READ_PERMISSIONS, AUTOSCALER_RESIZE_PERMISSIONS
 from providers.gcp.files import fetch_secret
 from tests.conftest import (
@@ -31,7 +31,7 @@ from tests.conftest import (
     user_data_files,
 )
 from tests.test_contracts import AUTOSCALER_FLAGS, unknown_values
-from tools.engine import Recording, Secret, run_program
+from tools.engine import Recording, Registration, Secret, run_program
 
 FIREWALL = "gcp:compute/firewall:Firewall"
 INSTANCE = "gcp:compute/instance:Instance"
@@ -850,13 +850,94 @@ def test_the_snapshot_bucket_is_private_versioned_and_only_the_servers_may_use_i
         assert member.urn in dependencies
 
 
-def test_without_a_cloud_controller_manager_gce_nodes_keep_k3s_s_own(gcp_k3s):
-    """cloud-provider=external without a CCM would leave every node tainted uninitialised forever."""
+# --- the Compute Engine cloud controller manager ---
+
+
+def test_every_node_defers_to_the_gce_cloud_controller_which_reads_the_cloud_config_of_the_servers(gcp_k3s):
+    network = gcp_k3s.by_name("ml-network-vpc").outputs["name"]
+    subnetwork = gcp_k3s.by_name("ml-network-nodes").outputs["name"]
     for index in range(3):
         files = server_files(gcp_k3s, index)
-        assert "cloud-provider=external" not in node_drop_in(files[cloudinit.BOOTSTRAP_FILE])["kubelet-arg"]
+        assert "cloud-provider=external" in node_drop_in(files[cloudinit.BOOTSTRAP_FILE])["kubelet-arg"]
         assert (
-            yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])["disable-cloud-controller"] is False
+            yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])["disable-cloud-controller"] is True
         )
-    agent = user_data_files(gcp_k3s.by_name("ml-gpu-l4-template").inputs["metadata"]["user-data"])
-    assert "cloud-provider=external" not in node_drop_in(agent[cloudinit.BOOTSTRAP_FILE])["kubelet-arg"]
+        assert files["/etc/kubernetes/cloud.config"] == (
+            "[global]\n"
+            "project-id = gpu-k8s-demo\n"
+            f"network-name = {network}\n"
+            f"subnetwork-name = {subnetwork}\n"
+            "multizone = true\n"
+        )
+    for pool in ("l4", "a100"):
+        agent = user_data_files(agent_user_data(gcp_k3s, pool))
+        assert "cloud-provider=external" in node_drop_in(agent[cloudinit.BOOTSTRAP_FILE])["kubelet-arg"]
+        assert "/etc/kubernetes/cloud.config" not in agent
+
+
+@pytest.mark.parametrize("minor", SUPPORTED_KUBERNETES_MINORS)
+def test_the_gce_cloud_controller_objects_pass_strict_schema_validation(minor):
+    for manifest in cloud_controller.cloud_controller_manifests(minor, "ml", []):
+        kubernetes_validate.validate(manifest, f"{minor}.0", strict=True)
+
+
+def test_the_gce_cloud_controller_runs_the_node_controllers_on_the_servers_against_k3s(gcp_k3s):
+    (daemonset,) = [
+        r
+        for r in gcp_k3s.by_type("kubernetes:apps/v1:DaemonSet")
+        if r.name.startswith("ml-cloud-controller-")
+    ]
+    pod = daemonset.inputs["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v36.3.8"
+    assert {
+        "--cloud-provider=gce",
+        "--cloud-config=/etc/kubernetes/cloud.config",
+        "--controllers=cloud-node-controller,cloud-node-lifecycle-controller",
+        # The node controllers act as "node-controller", whose bootstrap role may delete Nodes.
+        "--use-service-account-credentials",
+    } <= set(container["args"])
+    # k3s serves the API on 6443; upstream points the CCM at 127.0.0.1 and keeps the Service's port.
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env == {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "6443"}
+    assert pod["hostNetwork"] is True
+    assert {"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoExecute"} in pod["tolerations"]
+    assert {
+        "key": "node.cloudprovider.kubernetes.io/uninitialized",
+        "value": "true",
+        "effect": "NoSchedule",
+    } in (pod["tolerations"])
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"} in terms[0][
+        "matchExpressions"
+    ]
+
+
+def test_the_gce_cloud_controller_goes_first_and_may_only_read(gcp_k3s):
+    ccm = [r for r in gcp_k3s.registrations if r.name.startswith("ml-cloud-controller-") and r.custom]
+    daemonset = next(r for r in ccm if r.type == "kubernetes:apps/v1:DaemonSet")
+
+    def waits_for(resource: Registration, urn: str) -> bool:
+        seen, todo = set(), list(resource.dependencies)
+        while todo:
+            current = todo.pop()
+            if current == urn:
+                return True
+            if current not in seen:
+                seen.add(current)
+                todo.extend(gcp_k3s.by_urn(current).dependencies)
+        return False
+
+    others = [
+        r for r in gcp_k3s.registrations if r.custom and r.type.startswith("kubernetes:") and r not in ccm
+    ]
+    assert len(others) >= 5
+    assert [r.name for r in others if not waits_for(r, daemonset.urn)] == []
+    role = gcp_k3s.by_name("ml-cloud-controller-role").inputs
+    assert role["permissions"] == list(cloud_controller.PERMISSIONS)
+    assert all(p.endswith((".get", ".list")) for p in role["permissions"])
+    grant = gcp_k3s.by_name("ml-cloud-controller-reads")
+    assert grant.inputs["member"] == SERVERS_SA and "condition" not in grant.inputs
+    assert grant.urn in daemonset.dependencies

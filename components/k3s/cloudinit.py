@@ -156,6 +156,8 @@ class ServerNode:
     # The cloud's own controller manager runs instead of k3s's embedded one (which reports every node as
     # existing): k3s's is disabled and every kubelet waits for the cloud's to initialise its node.
     external_cloud_provider: bool = False
+    # Files the cloud's own add-ons read from the server (path: content), e.g. a cloud config; no secrets.
+    extra_files: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -453,6 +455,7 @@ def server_cloud_config(node: ServerNode, bootstrap: NodeBootstrap) -> str:
             _file(f"{CONFIG_DIR}/config.yaml", _yaml(server_config(node))),
             _file(AUDIT_POLICY_FILE, _yaml(audit_policy())),
             _file(ADMISSION_CONFIG_FILE, _yaml(admission_config(node.pod_security, node.exempt_namespaces))),
+            *(_file(path, content, "0644") for path, content in sorted(node.extra_files.items())),
         ]
     )
 

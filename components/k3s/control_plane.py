@@ -58,12 +58,13 @@ def server_user_data(
     snapshots: pulumi.Output[SnapshotStore],
     bootstrap: NodeBootstrap,
     external_cloud_provider: bool,
+    extra_files: pulumi.Input[dict[str, str]] | None = None,
 ) -> pulumi.Output[str]:
     """One server's cloud-config, once the names it is reached by, its peers' addresses and its snapshot
     bucket are known."""
 
     def render(parts: list[Any]) -> str:
-        sans, secret, peers, store = parts
+        sans, secret, peers, store, files = parts
         node = ServerNode(
             k3s_version=spec.k3s.version,
             tls_sans=sans,
@@ -75,11 +76,12 @@ def server_user_data(
             exempt_namespaces=[OPERATOR_NAMESPACE],
             pod_security=spec.k3s.pod_security,
             external_cloud_provider=external_cloud_provider,
+            extra_files=files,
         )
         return server_cloud_config(node, bootstrap)
 
     return pulumi.Output.all(
-        pulumi.Output.all(*tls_sans), secret_name, pulumi.Output.all(*peer_urls), snapshots
+        pulumi.Output.all(*tls_sans), secret_name, pulumi.Output.all(*peer_urls), snapshots, extra_files or {}
     ).apply(render)
 
 

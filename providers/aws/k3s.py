@@ -597,7 +597,14 @@ class AwsK3sCluster(pulumi.ComponentResource):
         for index, interface in enumerate(interfaces):
             peers = [url for other, url in enumerate(urls) if other != index]
             user_data = server_user_data(
-                spec, secret.arn, tls_sans, peers, index == 0, snapshots, aws_node_bootstrap(), True
+                spec,
+                secret.arn,
+                tls_sans,
+                peers,
+                index == 0,
+                snapshots,
+                aws_node_bootstrap(),
+                external_cloud_provider=True,
             )
             servers.append(
                 aws.ec2.Instance(

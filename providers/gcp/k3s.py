@@ -38,6 +38,13 @@ from providers.gcp.autoscaling import (
     kube_env,
 )
 from providers.gcp.backups import SnapshotBucket
+from providers.gcp.cloud_controller import (
+    CLOUD_CONFIG_PATH,
+    GceCloudController,
+    cloud_config,
+    cloud_controller_manifests,
+)
+from providers.gcp.cloud_controller import PERMISSIONS as CCM_PERMISSIONS
 from providers.gcp.iam import NodeServiceAccount, custom_role
 from providers.gcp.k3s_bootstrap import gce_node_bootstrap
 from providers.gcp.location import project_and_region, zone_issues
@@ -257,8 +264,17 @@ class GcpK3sCluster(pulumi.ComponentResource):
         pd_csi_access = self._pd_csi_access(name, args.project, identities)
         self.autoscaler_identity = self._autoscaler_access(name, args.project, identities.servers)
 
-        system_ready: list[pulumi.Resource] = [*servers, *forwarding]
-        k8s_provider = gated_kubernetes_provider(name, control_plane.kubeconfig, system_ready, self)
+        servers_reachable: list[pulumi.Resource] = [*servers, *forwarding]
+        k8s_provider = gated_kubernetes_provider(name, control_plane.kubeconfig, servers_reachable, self)
+        # Every node waits, tainted, for the cloud controller manager to initialise it: it goes first.
+        cloud_controller = GceCloudController(
+            f"{name}-cloud-controller",
+            cloud_controller_manifests(spec.kubernetes_version, spec.name, args.traits.system_tolerations),
+            k8s_provider,
+            [*servers_reachable, self._cloud_controller_access(name, args.project, identities.servers)],
+            opts=child,
+        )
+        system_ready: list[pulumi.Resource] = [*servers_reachable, *cloud_controller.objects]
         pd_csi = PdCsiDriver(
             f"{name}-pd-csi",
             pd_csi_manifests({POOL_LABEL: SYSTEM_POOL_NAME}, args.traits.system_tolerations),
@@ -363,12 +379,27 @@ class GcpK3sCluster(pulumi.ComponentResource):
         spec = args.spec
         system = spec.system_pool
         zones = list(spec.network.zones)
+        ccm_config = pulumi.Output.all(network.network, network.subnetwork).apply(
+            lambda names: {
+                CLOUD_CONFIG_PATH: cloud_config(
+                    args.project, names[0].rsplit("/", 1)[-1], names[1].rsplit("/", 1)[-1]
+                )
+            }
+        )
         urls = [pulumi.Output.format("https://{0}:{1}", a.address, API_PORT) for a in addresses]
         servers: list[gcp.compute.Instance] = []
         for index, address in enumerate(addresses):
             peers = [url for other, url in enumerate(urls) if other != index]
             user_data = server_user_data(
-                spec, secret.id, tls_sans, peers, index == 0, snapshots, gce_node_bootstrap(), False
+                spec,
+                secret.id,
+                tls_sans,
+                peers,
+                index == 0,
+                snapshots,
+                gce_node_bootstrap(),
+                external_cloud_provider=True,
+                extra_files=ccm_config,
             )
             servers.append(
                 gcp.compute.Instance(
@@ -500,6 +531,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
                     labels=pool.node_labels,
                     taints=agent_taints(pool),
                     kubelet_config=SPOT_GRACEFUL_SHUTDOWN if pool.spec.spot else {},
+                    external_cloud_provider=True,
                 ),
                 gce_node_bootstrap(),
             )
@@ -567,6 +599,26 @@ class GcpK3sCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["targetSize"]),
         )
         return GpuGroup(pool=pool, zone=zone, manager=manager)
+
+    def _cloud_controller_access(
+        self, name: str, project: str, servers: NodeServiceAccount
+    ) -> gcp.projects.IAMMember:
+        """The CCM runs on the servers, on their network, as their service account: read instances, zones
+        and the network."""
+        role = custom_role(
+            f"{name}-cloud-controller-role",
+            project,
+            f"cloud controller manager of {name}",
+            CCM_PERMISSIONS,
+            self,
+        )
+        return gcp.projects.IAMMember(
+            f"{name}-cloud-controller-reads",
+            project=project,
+            role=role.name,
+            member=servers.member,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
 
     def _pd_csi_access(self, name: str, project: str, identities: Identities) -> list[pulumi.Resource]:
         """The driver's controller runs on the servers as their service account: upstream's custom role for

@@ -1,0 +1,121 @@
+"""The Compute Engine cloud controller manager on a k3s cluster, from kubernetes/cloud-provider-gcp's own
+deployment (`deploy/packages/default`, the manifest its kOps quickstart applies; pinned under `upstream/`).
+
+The repository publishes no chart and leaves two things to "tooling": the image and the arguments.
+`cloud_controller_manifests` supplies them, and adapts the DaemonSet to k3s: its API server answers on 6443
+(the manifest points the CCM at 127.0.0.1 but keeps the Service's port), and it must tolerate the servers'
+taint. Only the node controllers run: they name, label and address nodes from Compute Engine and delete the
+Node of a deleted VM, so a spot VM the group recreates under the same name can join again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from providers.gcp.pd_csi import kubernetes_object
+
+CCM_VERSION = "v36.3.8"
+MANIFEST = (
+    Path(__file__).resolve().parents[2]
+    / "upstream"
+    / "gcp-cloud-controller-manager"
+    / CCM_VERSION
+    / "deploy"
+    / "packages"
+    / "default"
+    / "manifest.yaml"
+)
+IMAGE = "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager"
+# One CCM build per Kubernetes minor (cloud-provider-gcp docs/RELEASE.md), the newest tag of each, as
+# recorded in shared/upstream-charts/index.json. Whether registry.k8s.io serves v35.1.3 and v36.3.8 is
+# UNCONFIRMED (the promotion file seen lists v35.0.2 as the newest 1.35 build and no 1.36 build).
+IMAGE_TAGS = {"1.33": "v33.4.0", "1.34": "v34.2.0", "1.35": "v35.1.3", "1.36": "v36.3.8"}
+# The cloud config the DaemonSet mounts from each server (its hostPath).
+CLOUD_CONFIG_PATH = "/etc/kubernetes/cloud.config"
+API_PORT = 6443
+CONTROLLERS = ("cloud-node-controller", "cloud-node-lifecycle-controller")
+# What the node controllers read from Compute Engine: the instance behind a provider ID, the zones of the
+# region (multizone), the network named in the cloud config at start. Assembled from those calls;
+# UNCONFIRMED against a running CCM.
+PERMISSIONS = (
+    "compute.instances.get",
+    "compute.instances.list",
+    "compute.zones.get",
+    "compute.zones.list",
+    "compute.regions.get",
+    "compute.networks.get",
+    "compute.subnetworks.get",
+)
+
+
+def cloud_config(project: str, network: str, subnetwork: str) -> str:
+    """gcfg `[global]` (cloud-provider-gcp providers/gce/gce.go): the project and network, and every zone of
+    the region, where the nodes are."""
+    return (
+        "[global]\n"
+        f"project-id = {project}\n"
+        f"network-name = {network}\n"
+        f"subnetwork-name = {subnetwork}\n"
+        "multizone = true\n"
+    )
+
+
+def cloud_controller_manifests(
+    kubernetes_version: str, cluster_name: str, tolerations: Sequence[Mapping[str, str]]
+) -> list[dict[str, Any]]:
+    """The upstream objects with the image for the cluster's minor, the arguments kube-up passes (node
+    controllers only, per-controller service accounts so the lifecycle controller may delete Nodes), the
+    API port, and the servers' taint tolerated."""
+    objects = [doc for doc in yaml.safe_load_all(MANIFEST.read_text()) if doc]
+    daemonset = next(o for o in objects if o["kind"] == "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    container["image"] = f"{IMAGE}:{IMAGE_TAGS[kubernetes_version]}"
+    container["args"] = [
+        "--cloud-provider=gce",
+        f"--cloud-config={CLOUD_CONFIG_PATH}",
+        f"--cluster-name={cluster_name}",
+        f"--controllers={','.join(CONTROLLERS)}",
+        "--use-service-account-credentials",
+        "--secure-port=10258",
+        "--v=2",
+    ]
+    container["env"].append({"name": "KUBERNETES_SERVICE_PORT", "value": str(API_PORT)})
+    pod["tolerations"].extend(dict(t) for t in tolerations)
+    # `nodeSelector: null` reads as absent; the API server would drop it.
+    pod.pop("nodeSelector", None)
+    return objects
+
+
+def _name_part(object_name: str) -> str:
+    """RBAC names such as `system:cloud-controller-manager` as a resource-name part."""
+    return re.sub(r"[^a-z0-9-]+", "-", object_name).strip("-")
+
+
+class GceCloudController(pulumi.ComponentResource):
+    """The CCM's objects, created through the cluster's Kubernetes provider."""
+
+    objects: list[pulumi.CustomResource]
+
+    def __init__(
+        self,
+        name: str,
+        manifests: Sequence[Mapping[str, Any]],
+        provider: k8s.Provider,
+        depends_on: Sequence[pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("gpu-k8s:gcp:CloudController", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on))
+        self.objects = [
+            kubernetes_object(f"{name}-{m['kind'].lower()}-{_name_part(m['metadata']['name'])}", m, child)
+            for m in manifests
+        ]
+        self.register_outputs({})
