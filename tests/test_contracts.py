@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import botocore.session
+import jsonschema
 import kubernetes_validate
 import parliament
 import pytest
@@ -33,6 +34,7 @@ from components.spec import (
 )
 from providers.aws.addons import default_storage_class_manifest
 from tests.conftest import some, upstream, upstream_yaml, venv_tool
+from tests.test_charts import crd_schemas
 from tools.engine import PROJECT_ROOT
 
 # Maps whose keys are free-form in the chart (empty or example-only defaults).
@@ -163,6 +165,13 @@ def test_kubernetes_objects_pass_strict_schema_validation(
     aws_eks, mixed_sharing, gcp_gke, aws_k3s, gcp_k3s, minor
 ):
     objects = kubernetes_objects(aws_eks, mixed_sharing, gcp_gke, aws_k3s, gcp_k3s)
+    # Custom resources against the schema of the CRD the stack installs with them (k3s upgrade Plans).
+    schemas = {(api, kind): schema for (api, kind, _), schema in crd_schemas(objects).items()}
+    custom = [o for o in objects if (o["apiVersion"], o["kind"]) in schemas]
+    assert {o["kind"] for o in custom} == {"Plan"}
+    for obj in custom:
+        jsonschema.validate(obj, schemas[obj["apiVersion"], obj["kind"]])
+    objects = [o for o in objects if o not in custom]
     assert {o["kind"] for o in objects} == {
         "Namespace",
         "StorageClass",
@@ -178,6 +187,8 @@ def test_kubernetes_objects_pass_strict_schema_validation(
         "Deployment",
         "DaemonSet",
         "CSIDriver",
+        # system-upgrade-controller's Plan CRD (k3s).
+        "CustomResourceDefinition",
     }
     for obj in objects:
         kubernetes_validate.validate(obj, f"{minor}.0", strict=True)

@@ -29,6 +29,7 @@ from components.helm import helm_release
 from components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore, agent_cloud_config
 from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
 from components.k3s.readiness import gated_kubernetes_provider
+from components.k3s.upgrades import K3sUpgrades
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class
 from providers.aws import addons
@@ -410,6 +411,14 @@ class AwsK3sCluster(pulumi.ComponentResource):
         )
         default_storage_class(
             name, addons.default_storage_class_manifest(), k8s_provider, self, [ebs_csi, *system_ready]
+        )
+        K3sUpgrades(
+            f"{name}-upgrades",
+            spec.k3s.version,
+            args.traits.system_tolerations,
+            k8s_provider,
+            system_ready,
+            opts=child,
         )
         if any(pool.spec.spot for pool in args.pools):
             helm_release(

@@ -10,7 +10,6 @@ Node of a deleted VM, so a spot VM the group recreates under the same name can j
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from providers.gcp.pd_csi import kubernetes_object
+from components.manifests import kubernetes_object, resource_name_part
 
 CCM_VERSION = "v36.3.8"
 MANIFEST = (
@@ -94,11 +93,6 @@ def cloud_controller_manifests(
     return objects
 
 
-def _name_part(object_name: str) -> str:
-    """RBAC names such as `system:cloud-controller-manager` as a resource-name part."""
-    return re.sub(r"[^a-z0-9-]+", "-", object_name).strip("-")
-
-
 class GceCloudController(pulumi.ComponentResource):
     """The CCM's objects, created through the cluster's Kubernetes provider."""
 
@@ -115,7 +109,9 @@ class GceCloudController(pulumi.ComponentResource):
         super().__init__("gpu-k8s:gcp:CloudController", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on))
         self.objects = [
-            kubernetes_object(f"{name}-{m['kind'].lower()}-{_name_part(m['metadata']['name'])}", m, child)
+            kubernetes_object(
+                f"{name}-{m['kind'].lower()}-{resource_name_part(m['metadata']['name'])}", m, child
+            )
             for m in manifests
         ]
         self.register_outputs({})

@@ -26,6 +26,7 @@ from components.configbase import ConfigIssue, config_path, raise_if_any
 from components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore, agent_cloud_config
 from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
 from components.k3s.readiness import gated_kubernetes_provider
+from components.k3s.upgrades import K3sUpgrades
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class, default_storage_class_manifest
 from providers.gcp.autoscaling import (
@@ -288,6 +289,14 @@ class GcpK3sCluster(pulumi.ComponentResource):
             k8s_provider,
             self,
             [pd_csi],
+        )
+        K3sUpgrades(
+            f"{name}-upgrades",
+            spec.k3s.version,
+            args.traits.system_tolerations,
+            k8s_provider,
+            system_ready,
+            opts=child,
         )
         self.handle = GpuCluster(
             name=spec.name,

@@ -14,14 +14,15 @@ same steps in Python on the files pinned under `upstream/`, then adapts them to 
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
+
+from components.manifests import kubernetes_object
 
 PD_CSI_VERSION = "v1.26.4"
 PD_CSI_ROOT = (
@@ -162,35 +163,6 @@ def pd_csi_manifests(
 def custom_role_permissions() -> list[str]:
     """The permissions upstream's custom role gives the driver on instances and disks."""
     return list(yaml.safe_load(CUSTOM_ROLE_FILE.read_text())["includedPermissions"])
-
-
-# The classes of the kinds the driver's deployment uses (apiVersion, kind) -> resource class.
-OBJECT_CLASSES: Mapping[tuple[str, str], Callable[..., pulumi.CustomResource]] = {
-    ("v1", "Namespace"): k8s.core.v1.Namespace,
-    ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
-    ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.rbac.v1.ClusterRole,
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): k8s.rbac.v1.ClusterRoleBinding,
-    ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
-    ("scheduling.k8s.io/v1", "PriorityClass"): k8s.scheduling.v1.PriorityClass,
-    ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
-    ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
-    ("storage.k8s.io/v1", "CSIDriver"): k8s.storage.v1.CSIDriver,
-}
-
-
-def _snake(key: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
-
-
-def kubernetes_object(
-    name: str, manifest: Mapping[str, Any], opts: pulumi.ResourceOptions
-) -> pulumi.CustomResource:
-    """The typed resource for a manifest; its top-level fields become arguments, nested ones pass as they
-    are (the provider reads them in the API's own spelling)."""
-    make = OBJECT_CLASSES[(manifest["apiVersion"], manifest["kind"])]
-    fields = {_snake(key): value for key, value in manifest.items() if key not in ("apiVersion", "kind")}
-    return make(name, **fields, opts=opts)
 
 
 class PdCsiDriver(pulumi.ComponentResource):

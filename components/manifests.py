@@ -1,0 +1,46 @@
+"""Upstream manifests (parsed YAML) as typed Pulumi Kubernetes resources."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+# The kinds the pinned upstream deployments use (apiVersion, kind) -> resource class.
+OBJECT_CLASSES: Mapping[tuple[str, str], Callable[..., pulumi.CustomResource]] = {
+    ("v1", "Namespace"): k8s.core.v1.Namespace,
+    ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
+    ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.rbac.v1.ClusterRole,
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): k8s.rbac.v1.ClusterRoleBinding,
+    ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
+    ("scheduling.k8s.io/v1", "PriorityClass"): k8s.scheduling.v1.PriorityClass,
+    ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
+    ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
+    ("storage.k8s.io/v1", "CSIDriver"): k8s.storage.v1.CSIDriver,
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): k8s.apiextensions.v1.CustomResourceDefinition,
+}
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+def kubernetes_object(
+    name: str, manifest: Mapping[str, Any], opts: pulumi.ResourceOptions
+) -> pulumi.CustomResource:
+    """The typed resource for a manifest; its top-level fields become arguments, nested ones pass as they
+    are (the provider reads them in the API's own spelling)."""
+    make = OBJECT_CLASSES[(manifest["apiVersion"], manifest["kind"])]
+    fields = {_snake(key): value for key, value in manifest.items() if key not in ("apiVersion", "kind")}
+    return make(name, **fields, opts=opts)
+
+
+def resource_name_part(object_name: str) -> str:
+    """An object's name (RBAC names such as `system:cloud-controller-manager` included) as a resource-name
+    part."""
+    return re.sub(r"[^a-z0-9-]+", "-", object_name).strip("-")
