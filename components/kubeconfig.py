@@ -1,10 +1,34 @@
-"""Kubeconfigs that name a cluster and how to authenticate to it, as JSON text."""
+"""Kubeconfigs that name a cluster and how to authenticate to it, as JSON text, and the Kubernetes provider
+configured from one."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+
+def cluster_identity(ca_certificate: str) -> str:
+    """What stays the same for as long as the cluster does: its certificate authority (a new cluster, or a
+    replaced one, has a new CA; new endpoints and credentials keep it)."""
+    return "ca-sha256:" + hashlib.sha256(ca_certificate.encode()).hexdigest()
+
+
+def kubernetes_provider(
+    name: str,
+    kubeconfig: pulumi.Input[str],
+    ca_certificate: pulumi.Input[str],
+    opts: pulumi.ResourceOptions,
+) -> k8s.Provider:
+    """The provider is replaced only when its cluster is (`clusterIdentifier`, pulumi-kubernetes): without
+    it, a kubeconfig a preview cannot know yet (a renewed admin certificate, a new endpoint) shows every
+    Kubernetes resource of the stack as replaced (pulumi/pulumi-kubernetes#2294)."""
+    identity = pulumi.Output.from_input(ca_certificate).apply(cluster_identity)
+    return k8s.Provider(name, kubeconfig=kubeconfig, cluster_identifier=identity, opts=opts)
 
 
 def _kubeconfig(cluster_name: str, server: str, ca_data: str | None, user: Mapping[str, Any]) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from components.k3s.readiness import ApiNotReady, _ApiReadyProvider, wait_until_ready
-from components.kubeconfig import client_certificate_kubeconfig
+from components.kubeconfig import client_certificate_kubeconfig, cluster_identity
 from tests.certs import certificate, new_key, pem
 from tools.engine import Recording, Secret
 
@@ -155,3 +155,23 @@ def test_every_kubernetes_resource_waits_for_the_api(request, stack):
     assert len(kubernetes) >= 3
     for resource in kubernetes:
         assert resource.provider_urn == provider.urn, resource.name
+
+
+def cluster_ca(recording: Recording) -> str:
+    """The certificate authority of the stack's cluster, as the cloud (or the k3s PKI) reports it."""
+    if recording.stack == "aws-eks":
+        return recording.by_name("ml-eks").outputs["certificateAuthority"]["data"]
+    if recording.stack == "gcp-gke":
+        (cluster,) = recording.by_type("gcp:container/cluster:Cluster")
+        return cluster.outputs["masterAuth"]["clusterCaCertificate"]
+    return recording.by_name("ml-control-plane-pki-root-ca").outputs["certPem"]
+
+
+@pytest.mark.parametrize("stack", ["aws_eks", "gcp_gke", "aws_k3s", "gcp_k3s"])
+def test_the_kubernetes_provider_is_replaced_only_with_its_cluster(request, stack):
+    """clusterIdentifier: a renewed admin certificate or a new endpoint is an update of the provider, never a
+    replacement of every Kubernetes resource; a new cluster (a new CA) is."""
+    recording: Recording = request.getfixturevalue(stack)
+    provider = recording.by_name("ml-k8s")
+    assert provider.inputs["clusterIdentifier"] == cluster_identity(cluster_ca(recording))
+    assert cluster_identity(cluster_ca(recording)) != cluster_identity(cluster_ca(recording) + "\n")

@@ -26,6 +26,8 @@ import pulumi
 import pulumi.dynamic
 import pulumi_kubernetes as k8s
 
+from components.kubeconfig import kubernetes_provider
+
 # k3s servers install and start within minutes; a cloud that is slow to hand out GPU-less VMs can take
 # longer. Past this the `up` fails, naming the endpoint and the last answer.
 READY_TIMEOUT_SECONDS = 20 * 60
@@ -120,10 +122,17 @@ class ApiReadinessGate(pulumi.dynamic.Resource):
 
 
 def gated_kubernetes_provider(
-    name: str, kubeconfig: pulumi.Input[str], after: Sequence[pulumi.Resource], parent: pulumi.Resource
+    name: str,
+    kubeconfig: pulumi.Input[str],
+    root_cert_pem: pulumi.Input[str],
+    after: Sequence[pulumi.Resource],
+    parent: pulumi.Resource,
 ) -> k8s.Provider:
-    """The cluster's Kubernetes provider, configured only once the API answers (after `after` exist)."""
+    """The cluster's Kubernetes provider, configured only once the API answers (after `after` exist); it is
+    the same cluster for as long as the root CA is."""
     gate = ApiReadinessGate(
         f"{name}-api-ready", kubeconfig, opts=pulumi.ResourceOptions(parent=parent, depends_on=list(after))
     )
-    return k8s.Provider(f"{name}-k8s", kubeconfig=gate.kubeconfig, opts=pulumi.ResourceOptions(parent=parent))
+    return kubernetes_provider(
+        f"{name}-k8s", gate.kubeconfig, root_cert_pem, pulumi.ResourceOptions(parent=parent)
+    )

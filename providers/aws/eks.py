@@ -10,14 +10,13 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
-import pulumi_kubernetes as k8s
 
 from components.autoscaler import cluster_scale_down_unneeded_time, install_gpu_addons
 from components.catalog import Catalog, load_catalog
 from components.cluster import GpuCluster, PlatformTraits, platform_issues, resolve_pools
 from components.compat import DriverFacts, DriverVersion
 from components.configbase import ConfigIssue, config_path, raise_if_any
-from components.kubeconfig import exec_kubeconfig
+from components.kubeconfig import exec_kubeconfig, kubernetes_provider
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class
 from providers.aws import addons
@@ -253,7 +252,9 @@ class EksCluster(pulumi.ComponentResource):
                 lambda parts: render_kubeconfig(parts[0], parts[1], parts[2], args.region)
             )
         )
-        k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig, opts=child)
+        k8s_provider = kubernetes_provider(
+            f"{name}-k8s", kubeconfig, cluster.certificate_authority.data, opts=child
+        )
         system_ready = [system_nodes, coredns, *admin_access]
         default_storage_class(
             name, addons.default_storage_class_manifest(), k8s_provider, self, [ebs_csi, *system_ready]

@@ -382,7 +382,9 @@ class AwsK3sCluster(pulumi.ComponentResource):
             *api.ready,
             *(registration.ready if registration is not None else ()),
         ]
-        k8s_provider = gated_kubernetes_provider(name, control_plane.kubeconfig, servers_reachable, self)
+        k8s_provider = gated_kubernetes_provider(
+            name, control_plane.kubeconfig, control_plane.root_cert_pem, servers_reachable, self
+        )
         # Every node waits, tainted, for the cloud controller manager to initialise it: it goes first.
         cloud_controller = helm_release(
             f"{name}-cloud-controller",

@@ -11,14 +11,13 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_gcp as gcp
-import pulumi_kubernetes as k8s
 
 from components.catalog import Catalog, load_catalog
 from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
 from components.compat import DriverFacts
 from components.configbase import ConfigIssue, config_path, raise_if_any
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
-from components.kubeconfig import exec_kubeconfig
+from components.kubeconfig import exec_kubeconfig, kubernetes_provider
 from components.sharing import SharingSpec
 from components.spec import (
     TAINT_EFFECT_API_NAMES,
@@ -509,7 +508,9 @@ class GkeCluster(pulumi.ComponentResource):
                 lambda parts: render_kubeconfig(parts[0], parts[1], parts[2])
             )
         )
-        k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig, opts=child)
+        k8s_provider = kubernetes_provider(
+            f"{name}-k8s", kubeconfig, cluster.master_auth.cluster_ca_certificate, opts=child
+        )
         # No StorageClass of our own: GKE's `standard-rwo` (pd-balanced, WaitForFirstConsumer, expandable)
         # is already the default, and a second default only makes the newest one win silently.
         self.handle = GpuCluster(

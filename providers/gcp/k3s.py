@@ -266,7 +266,9 @@ class GcpK3sCluster(pulumi.ComponentResource):
         self.autoscaler_identity = self._autoscaler_access(name, args.project, identities.servers)
 
         servers_reachable: list[pulumi.Resource] = [*servers, *forwarding]
-        k8s_provider = gated_kubernetes_provider(name, control_plane.kubeconfig, servers_reachable, self)
+        k8s_provider = gated_kubernetes_provider(
+            name, control_plane.kubeconfig, control_plane.root_cert_pem, servers_reachable, self
+        )
         # Every node waits, tainted, for the cloud controller manager to initialise it: it goes first.
         cloud_controller = GceCloudController(
             f"{name}-cloud-controller",
