@@ -24,9 +24,10 @@ def kubernetes_provider(
     ca_certificate: pulumi.Input[str],
     opts: pulumi.ResourceOptions,
 ) -> k8s.Provider:
-    """The provider is replaced only when its cluster is (`clusterIdentifier`, pulumi-kubernetes): without
-    it, a kubeconfig a preview cannot know yet (a renewed admin certificate, a new endpoint) shows every
-    Kubernetes resource of the stack as replaced (pulumi/pulumi-kubernetes#2294)."""
+    """The provider is replaced only when its cluster is (`clusterIdentifier`): without it, a kubeconfig a
+    preview cannot know yet (a renewed admin certificate, a new endpoint) shows every Kubernetes resource of
+    the stack as replaced (pulumi/pulumi-kubernetes#2294). pulumi-kubernetes' DiffConfig replaces on a
+    changed identifier only, and adding one to an existing provider replaces nothing (provider.go)."""
     identity = pulumi.Output.from_input(ca_certificate).apply(cluster_identity)
     return k8s.Provider(name, kubeconfig=kubeconfig, cluster_identifier=identity, opts=opts)
 
