@@ -52,6 +52,9 @@ RESERVED_LABEL_PREFIXES = ("kubernetes.io", "k8s.io", "nvidia.com", "gpu-k8s.io"
 AWS_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 # A Go-style duration limited to hours, minutes and seconds ("5m", "1h30m"); groups: h, m, s.
 DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+# EC2 capacity reservation IDs: "cr-" and 17 hexadecimal digits (cr-02168da1478b509e0 in the EKS user guide,
+# "Create a managed node group with Capacity Blocks for ML").
+CAPACITY_RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
 
 
 def _quoted(key: str, example: str) -> BeforeValidator:
@@ -174,6 +177,10 @@ class GpuPoolSpec(StrictModel):
     sharing: SharingSpec = SharingSpec()
     # Overrides the cluster's `cuda` for this pool (e.g. an older GPU that newer CUDA dropped).
     cuda: CudaRelease = None
+    # AWS: the reservation ID (cr-...) of the EC2 Capacity Block for ML the pool launches into; the pool then
+    # lives in the block's zone, and starts nodes only while the block is active. On-Demand Capacity
+    # Reservations are not supported (yet).
+    capacity_reservation_id: str | None = None
 
 
 class AddonVersions(StrictModel):
@@ -622,6 +629,24 @@ def _machine_issues(
         yield from sharing_issues(lambda key: path("sharing", key), pool.sharing, machine.gpu_model)
 
 
+def _capacity_block_issues(where: str, pool: GpuPoolSpec, cloud: str) -> Iterable[ConfigIssue]:
+    block = pool.capacity_reservation_id
+    if cloud != "aws":
+        yield ConfigIssue(where, block, f"EC2 Capacity Blocks are an AWS offer, not {cloud}'s", "remove it")
+    elif not CAPACITY_RESERVATION_ID.fullmatch(block or ""):
+        yield ConfigIssue(
+            where,
+            block,
+            "not a capacity reservation ID",
+            "use the Capacity Block's reservation ID, e.g. cr-02168da1478b509e0 "
+            "(aws ec2 describe-capacity-reservations --filters Name=reservation-type,Values=capacity-block)",
+        )
+    if pool.spot:
+        yield ConfigIssue(
+            where, block, "a Capacity Block is reserved capacity, not spot", "set spot: false for this pool"
+        )
+
+
 def _pool_issues(index: int, pool: GpuPoolSpec, spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
     path = lambda *parts: config_path("gpuPools", index, *parts)  # noqa: E731
     if len(pool.name) > 40 or not DNS_LABEL.match(pool.name):
@@ -661,6 +686,8 @@ def _pool_issues(index: int, pool: GpuPoolSpec, spec: ClusterSpec, catalog: Cata
             "remove it; the network decides the zones",
         )
     yield from _zone_issues(("gpuPools", index, "zones"), pool.zones)
+    if pool.capacity_reservation_id is not None:
+        yield from _capacity_block_issues(path("capacityReservationId"), pool, spec.cloud)
     if pool.name == DEFAULT_DEVICE_PLUGIN_CONFIG:
         yield ConfigIssue(
             path("name"),

@@ -308,6 +308,19 @@ class RealisticMocks(pulumi_mocks.Mocks):
                 "instanceTypes": [args.args["filters"][0]["values"][0]] * 7,
                 "id": self.region,
             }, []
+        if args.token == "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation":
+            # Every block here is an active block of two p5.48xlarge in the region's zone c; tests that need
+            # another block answer this invoke themselves.
+            return {
+                "id": args.args["id"],
+                "reservationType": "capacity-block",
+                "instanceType": "p5.48xlarge",
+                "instanceCount": 2,
+                "availableInstanceCount": 2,
+                "availabilityZone": f"{self.region}c",
+                "availabilityZoneId": f"{self.zone_id_prefix}-az4",
+                "state": "active",
+            }, []
         if args.token == "aws:ec2/getSubnet:getSubnet":
             index = int(_fake_hex(args.args["id"], 2), 16) % 3
             return {

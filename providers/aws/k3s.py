@@ -52,7 +52,12 @@ from providers.aws.iam import (
 from providers.aws.k3s_bootstrap import aws_node_bootstrap, read_secrets_policy
 from providers.aws.location import aws_provider, cluster_tags, region_from_config
 from providers.aws.network import Network
-from providers.aws.nodes import cpu_arch, launch_tag_specifications
+from providers.aws.nodes import (
+    CAPACITY_BLOCK_MARKET,
+    capacity_block_target,
+    cpu_arch,
+    launch_tag_specifications,
+)
 from providers.aws.zones import ZonePlan, zone_issues, zone_plan
 
 CAPACITY_LABEL = "gpu-k8s.io/capacity-type"
@@ -125,7 +130,11 @@ def ubuntu_ami(arch: str) -> str:
 
 def agent_labels(pool: GpuPool) -> dict[str, str]:
     """The pool's node labels plus its capacity type, which the termination handler selects spot nodes by."""
-    return {**pool.node_labels, CAPACITY_LABEL: "spot" if pool.spec.spot else "on-demand"}
+    if pool.spec.capacity_reservation_id is not None:
+        capacity = "capacity-block"
+    else:
+        capacity = "spot" if pool.spec.spot else "on-demand"
+    return {**pool.node_labels, CAPACITY_LABEL: capacity}
 
 
 def asg_tags(cluster_name: str, pool: GpuPool, cluster_unneeded_time: str) -> dict[str, str]:
@@ -671,6 +680,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         another zone would never scale a multi-zone group up, and AZ rebalancing would terminate busy nodes.
         """
         child = pulumi.ResourceOptions(parent=self)
+        block = pool.spec.capacity_reservation_id
         user_data = pulumi.Output.all(server_url, secret.arn).apply(
             lambda parts: base64.b64encode(
                 agent_cloud_config(
@@ -709,10 +719,13 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 http_put_response_hop_limit=AGENT_IMDS_HOP_LIMIT,
             ),
             instance_market_options=(
-                aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="spot")
+                CAPACITY_BLOCK_MARKET
+                if block is not None
+                else aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="spot")
                 if pool.spec.spot
                 else None
             ),
+            capacity_reservation_specification=capacity_block_target(block) if block is not None else None,
             user_data=user_data,
             update_default_version=True,
             tag_specifications=launch_tag_specifications(

@@ -13,7 +13,7 @@ import pulumi_aws as aws
 from components.autoscaler import SYSTEM_POOL_NAME
 from components.catalog import MachineType
 from components.cluster import POOL_LABEL, GpuPool
-from components.spec import TAINT_EFFECT_API_NAMES, SystemPoolSpec, TaintSpec
+from components.spec import TAINT_EFFECT_API_NAMES, GpuPoolSpec, SystemPoolSpec, TaintSpec
 from providers.aws.autoscaling import aws_node_template, scale_from_zero_tags, zone_limits
 
 # Families the EKS-optimized AL2023 NVIDIA AMIs cover (EKS user guide, ml-eks-optimized-ami; REFERENCE 3.1).
@@ -86,11 +86,40 @@ def launch_tag_specifications(tags: Mapping[str, str]) -> list[aws.ec2.LaunchTem
     ]
 
 
+# What a launch template for a Capacity Block for ML sets besides the block's instance type (EKS user guide,
+# "Create a managed node group with Capacity Blocks for ML"; EC2 Auto Scaling user guide,
+# "Use Capacity Blocks for machine learning workloads").
+CAPACITY_BLOCK_MARKET = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+
+
+def capacity_block_target(reservation_id: str) -> aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs:
+    return aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+        capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+            capacity_reservation_id=reservation_id
+        )
+    )
+
+
+@dataclass(frozen=True)
+class CapacityBlockLaunch:
+    """A node group that launches into a Capacity Block: its type is in the template, not the group."""
+
+    reservation_id: str
+    instance_type: str
+
+
 def _launch_template(
-    name: str, disk_size_gib: int, tags: Mapping[str, str], parent: pulumi.Resource
+    name: str,
+    disk_size_gib: int,
+    tags: Mapping[str, str],
+    parent: pulumi.Resource,
+    block: CapacityBlockLaunch | None = None,
 ) -> aws.ec2.LaunchTemplate:
     return aws.ec2.LaunchTemplate(
         f"{name}-lt",
+        instance_type=block.instance_type if block else None,
+        instance_market_options=CAPACITY_BLOCK_MARKET if block else None,
+        capacity_reservation_specification=capacity_block_target(block.reservation_id) if block else None,
         block_device_mappings=[
             aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
                 device_name=ROOT_DEVICE,
@@ -189,7 +218,8 @@ def _node_group(
         release_version=release,
         node_role_arn=ctx.node_role_arn,
         subnet_ids=list(subnet_ids),
-        instance_types=[shape.instance_type],
+        # A Capacity Block's template names the type, and EKS refuses a type in both places.
+        instance_types=None if shape.capacity_type == "CAPACITY_BLOCK" else [shape.instance_type],
         ami_type=shape.ami_type,
         capacity_type=shape.capacity_type,
         scaling_config=aws.eks.NodeGroupScalingConfigArgs(
@@ -247,7 +277,12 @@ class GpuNodePool(pulumi.ComponentResource):
         """`zone_indexes`: the private subnets (by index) whose zone offers the pool's instance type."""
         super().__init__("gpu-k8s:aws:GpuNodePool", name, None, opts)
         spec = pool.spec
-        template = _launch_template(name, spec.disk_size_gib, {**ctx.launch_tags, "Name": name}, self)
+        block = (
+            CapacityBlockLaunch(spec.capacity_reservation_id, spec.instance_type)
+            if spec.capacity_reservation_id is not None
+            else None
+        )
+        template = _launch_template(name, spec.disk_size_gib, {**ctx.launch_tags, "Name": name}, self, block)
         tags = scale_from_zero_tags(aws_node_template(pool, ctx.cluster_unneeded_time))
         self.node_groups = []
         for limits in zone_limits(spec.min_nodes, spec.max_nodes, zone_indexes):
@@ -255,7 +290,7 @@ class GpuNodePool(pulumi.ComponentResource):
             shape = NodeShape(
                 instance_type=spec.instance_type,
                 ami_type=gpu_ami_type(pool.machine),
-                capacity_type="SPOT" if spec.spot else "ON_DEMAND",
+                capacity_type=gpu_capacity_type(spec),
                 min_nodes=limits.min_nodes,
                 max_nodes=limits.max_nodes,
                 disk_size_gib=spec.disk_size_gib,
@@ -284,6 +319,12 @@ class GpuNodePool(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self),
                 )
         self.register_outputs({"nodeGroupNames": [g.node_group_name for g in self.node_groups]})
+
+
+def gpu_capacity_type(spec: GpuPoolSpec) -> str:
+    if spec.capacity_reservation_id is not None:
+        return "CAPACITY_BLOCK"
+    return "SPOT" if spec.spot else "ON_DEMAND"
 
 
 def node_group_resource_name(pool_resource_name: str, zone: int) -> str:

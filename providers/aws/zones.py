@@ -8,13 +8,13 @@ a region: a node group in a zone without it can never start a node.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
 
 from components.configbase import ConfigIssue, config_path
-from components.spec import ClusterSpec, NetworkSpec
+from components.spec import ClusterSpec, GpuPoolSpec, NetworkSpec
 
 # Zone IDs whose subnets EKS refuses for a cluster: use1-az3 is the known case (cloudposse's EKS component
 # changelog 1.203.0, eksctl#817); usw1-az2 and cac1-az3 are named next to it in the review of this stack
@@ -55,20 +55,51 @@ def pool_zone_indexes(instance_type: str, zones: Sequence[Zone], invoke: pulumi.
 
 
 @dataclass(frozen=True)
+class CapacityBlock:
+    """What EC2 says about a pool's Capacity Block."""
+
+    zone_id: str
+    instance_type: str
+    instance_count: int
+    # scheduled, payment-pending, active, expired, ... (EC2 DescribeCapacityReservations).
+    state: str
+
+
+# Blocks no instance can ever launch into again.
+ENDED_BLOCK_STATES = frozenset({"expired", "cancelled", "failed", "payment-failed"})
+
+
+def capacity_block(reservation_id: str, invoke: pulumi.InvokeOptions) -> CapacityBlock:
+    found = aws.ec2.get_capacity_block_reservation(id=reservation_id, opts=invoke)
+    return CapacityBlock(found.availability_zone_id, found.instance_type, found.instance_count, found.state)
+
+
+@dataclass(frozen=True)
 class ZonePlan:
     """The cluster's zones (in private-subnet order) and, per GPU pool, the indexes of those offering its
-    instance type."""
+    instance type (for a pool in a Capacity Block: the block's zone)."""
 
     zones: tuple[Zone, ...]
     pool_zones: Mapping[str, tuple[int, ...]]
+    blocks: Mapping[str, CapacityBlock] = field(default_factory=dict)
 
 
 def zone_plan(spec: ClusterSpec, invoke: pulumi.InvokeOptions) -> ZonePlan:
     zones = tuple(cluster_zones(spec.network, invoke))
-    return ZonePlan(
-        zones,
-        {pool.name: tuple(pool_zone_indexes(pool.instance_type, zones, invoke)) for pool in spec.gpu_pools},
-    )
+    blocks = {
+        pool.name: capacity_block(pool.capacity_reservation_id, invoke)
+        for pool in spec.gpu_pools
+        if pool.capacity_reservation_id is not None
+    }
+    pool_zones = {
+        pool.name: (
+            tuple(i for i, zone in enumerate(zones) if zone.zone_id == blocks[pool.name].zone_id)
+            if pool.name in blocks
+            else tuple(pool_zone_indexes(pool.instance_type, zones, invoke))
+        )
+        for pool in spec.gpu_pools
+    }
+    return ZonePlan(zones, pool_zones, blocks)
 
 
 def zone_issues(spec: ClusterSpec, plan: ZonePlan) -> Iterable[ConfigIssue]:
@@ -83,6 +114,10 @@ def zone_issues(spec: ClusterSpec, plan: ZonePlan) -> Iterable[ConfigIssue]:
         )
     listed = ", ".join(f"{z.name} ({z.zone_id})" for z in zones)
     for index, pool in enumerate(spec.gpu_pools):
+        block = plan.blocks.get(pool.name)
+        if block is not None:
+            yield from _capacity_block_issues(index, pool, block, plan.pool_zones[pool.name], listed)
+            continue
         if not plan.pool_zones[pool.name]:
             yield ConfigIssue(
                 config_path("gpuPools", index, "instanceType"),
@@ -91,3 +126,48 @@ def zone_issues(spec: ClusterSpec, plan: ZonePlan) -> Iterable[ConfigIssue]:
                 "pick a type these zones offer, or a region or subnets in zones that offer it "
                 "(aws ec2 describe-instance-type-offerings --location-type availability-zone-id)",
             )
+
+
+def _capacity_block_issues(
+    index: int, pool: GpuPoolSpec, block: CapacityBlock, zone_indexes: Sequence[int], listed: str
+) -> Iterable[ConfigIssue]:
+    """A pool in a Capacity Block has the block's instance type, a zone of the cluster, and no more nodes
+    than the block holds; it keeps nodes only while the block is active."""
+    where = config_path("gpuPools", index, "capacityReservationId")
+    if block.state in ENDED_BLOCK_STATES:
+        yield ConfigIssue(
+            where,
+            pool.capacity_reservation_id,
+            f"this Capacity Block is {block.state}: no instance can launch into it",
+            "remove it (the pool then runs on demand), or name a current block",
+        )
+    elif block.state != "active" and pool.min_nodes > 0:
+        # A managed node group waits for its minimum at creation, which cannot launch before the block starts.
+        yield ConfigIssue(
+            config_path("gpuPools", index, "minNodes"),
+            pool.min_nodes,
+            f"the Capacity Block {pool.capacity_reservation_id} is {block.state}, not active yet",
+            "set minNodes to 0 until the block starts; the autoscaler starts nodes in it when pods ask",
+        )
+    if block.instance_type != pool.instance_type:
+        yield ConfigIssue(
+            where,
+            pool.capacity_reservation_id,
+            f"reserves {block.instance_type}, not the pool's {pool.instance_type}",
+            f"set the pool's instanceType to {block.instance_type}, or name a block of {pool.instance_type}",
+        )
+    if not zone_indexes:
+        yield ConfigIssue(
+            where,
+            pool.capacity_reservation_id,
+            f"is in zone {block.zone_id}, none of the cluster's: {listed}",
+            "give the cluster a subnet in that zone (network.privateSubnetIds, or a region whose default "
+            "zones include it)",
+        )
+    if pool.max_nodes > block.instance_count:
+        yield ConfigIssue(
+            config_path("gpuPools", index, "maxNodes"),
+            pool.max_nodes,
+            f"the Capacity Block {pool.capacity_reservation_id} holds {block.instance_count} instances",
+            f"set maxNodes to at most {block.instance_count}",
+        )
