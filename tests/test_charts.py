@@ -638,3 +638,12 @@ def test_the_aws_cloud_controller_runs_the_node_controllers_on_the_servers_and_t
         "value": "true",
         "effect": "NoSchedule",
     } in spec["tolerations"]
+
+
+def test_on_eks_the_autoscaler_needs_no_instance_metadata(rendered):
+    """EKS nodes answer instance metadata to host-networked pods only (hop limit 1): the autoscaler, which
+    is not one, gets its region from the chart's AWS_REGION and its credentials from Pod Identity."""
+    spec = the(rendered["aws_eks", "cluster-autoscaler"].of_kind("Deployment"))["spec"]["template"]["spec"]
+    assert not spec.get("hostNetwork")
+    env = {e["name"]: e.get("value") for c in spec["containers"] for e in c.get("env", [])}
+    assert env["AWS_REGION"] == "us-east-1"

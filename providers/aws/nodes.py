@@ -131,11 +131,13 @@ def _launch_template(
                 ),
             )
         ],
-        # IMDSv2 only. Hop limit 2, the default of eksctl and terraform-aws-eks: with 1 (EKS's default
-        # template on AL2023) pods cannot reach instance metadata, which broke the EBS CSI controller
-        # (hashicorp/terraform-provider-aws#38516).
+        # IMDSv2 only, hop limit 1 (terraform-aws-eks's default since v21): no pod without host networking
+        # reaches the node role. Nothing here needs it: the CNI, kube-proxy and the Pod Identity agent use
+        # host networking; the EBS CSI controller and the autoscaler get credentials from Pod Identity, the
+        # autoscaler its region from awsRegion, and the EBS CSI pods read their node's facts from
+        # Kubernetes when IMDS does not answer (aws-ebs-csi-driver docs/install.md, "Metadata").
         metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-            http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
+            http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
         ),
         tag_specifications=launch_tag_specifications(tags),
         update_default_version=True,
