@@ -177,6 +177,10 @@ class GpuPoolSpec(StrictModel):
     sharing: SharingSpec = SharingSpec()
     # Overrides the cluster's `cuda` for this pool (e.g. an older GPU that newer CUDA dropped).
     cuda: CudaRelease = None
+    # AWS: more instance types the pool may launch when `instanceType` has no capacity (spot above all). Each
+    # has the same GPUs and at least its vCPUs and memory: the autoscaler plans every node of the pool as an
+    # `instanceType` node, which then never promises more than a node brings.
+    extra_instance_types: tuple[str, ...] = ()
     # AWS: the reservation ID (cr-...) of the EC2 Capacity Block for ML the pool launches into; the pool then
     # lives in the block's zone, and starts nodes only while the block is active. On-Demand Capacity
     # Reservations are not supported (yet).
@@ -629,6 +633,67 @@ def _machine_issues(
         yield from sharing_issues(lambda key: path("sharing", key), pool.sharing, machine.gpu_model)
 
 
+def _extra_type_issues(
+    path: Callable[..., str], pool: GpuPoolSpec, cloud: Cloud, catalog: Catalog
+) -> Iterable[ConfigIssue]:
+    if cloud != "aws":
+        yield ConfigIssue(
+            path("extraInstanceTypes"),
+            list(pool.extra_instance_types),
+            f"a {cloud} pool has one machine type",
+            "remove it; make another pool for another machine type",
+        )
+        return
+    if pool.capacity_reservation_id is not None:
+        yield ConfigIssue(
+            path("extraInstanceTypes"),
+            list(pool.extra_instance_types),
+            "a pool in a Capacity Block launches the block's instance type only",
+            "remove it, or capacityReservationId",
+        )
+    first = catalog.machine_type(cloud, pool.instance_type)
+    seen = {pool.instance_type}
+    for index, name in enumerate(pool.extra_instance_types):
+        where = path("extraInstanceTypes", index)
+        machine = catalog.machine_type(cloud, name)
+        if name in seen:
+            yield ConfigIssue(where, name, "listed twice (or is the pool's instanceType)", "list it once")
+            continue
+        seen.add(name)
+        if machine is None:
+            hint = ", ".join(catalog.nearest_gpu_types(cloud, name))
+            yield ConfigIssue(
+                where, name, "not a GPU type of aws in the catalog", f"did you mean one of: {hint}?"
+            )
+        elif first is None:  # the pool's instanceType is refused already
+            continue
+        elif _gpus(machine) != _gpus(first):
+            yield ConfigIssue(
+                where,
+                name,
+                f"has {machine.gpu_count} x {_model_name(machine)} ({machine.arch}), "
+                f"not the {first.gpu_count} x {_model_name(first)} ({first.arch}) of {pool.instance_type}",
+                "list only types with the same GPUs and CPU architecture; make another pool for others",
+            )
+        elif (machine.vcpu or 0) < (first.vcpu or 0) or (machine.memory_gib or 0) < (first.memory_gib or 0):
+            yield ConfigIssue(
+                where,
+                name,
+                f"is smaller than {pool.instance_type} ({machine.vcpu} vCPUs and {machine.memory_gib} GiB "
+                f"against {first.vcpu} and {first.memory_gib}): the autoscaler would plan pods onto a node "
+                "that cannot hold them",
+                f"make {name} the pool's instanceType and list {pool.instance_type} here",
+            )
+
+
+def _gpus(machine: MachineType) -> tuple[object, ...]:
+    return machine.gpu_model, machine.gpu_count, machine.arch
+
+
+def _model_name(machine: MachineType) -> str:
+    return machine.gpu_model.id if machine.gpu_model is not None else "no GPU"
+
+
 def _capacity_block_issues(where: str, pool: GpuPoolSpec, cloud: str) -> Iterable[ConfigIssue]:
     block = pool.capacity_reservation_id
     if cloud != "aws":
@@ -688,6 +753,8 @@ def _pool_issues(index: int, pool: GpuPoolSpec, spec: ClusterSpec, catalog: Cata
     yield from _zone_issues(("gpuPools", index, "zones"), pool.zones)
     if pool.capacity_reservation_id is not None:
         yield from _capacity_block_issues(path("capacityReservationId"), pool, spec.cloud)
+    if pool.extra_instance_types:
+        yield from _extra_type_issues(path, pool, spec.cloud, catalog)
     if pool.name == DEFAULT_DEVICE_PLUGIN_CONFIG:
         yield ConfigIssue(
             path("name"),

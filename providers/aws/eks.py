@@ -102,16 +102,24 @@ def eks_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
             )
         machine = catalog.machine_type("aws", pool.instance_type)
         assert machine is not None, "validated by load_spec"
-        family = pool.instance_type.split(".")[0]
-        if family not in AL2023_NVIDIA_FAMILIES[machine.arch]:
-            covered = ", ".join(sorted(AL2023_NVIDIA_FAMILIES[machine.arch]))
-            yield ConfigIssue(
-                config_path("gpuPools", index, "instanceType"),
-                pool.instance_type,
-                f"the EKS AL2023 NVIDIA AMI (driver {AL2023_NVIDIA_DRIVER_BRANCH}) "
-                f"does not cover the {family} family",
-                f"use one of the covered families: {covered}",
-            )
+        where = {
+            config_path("gpuPools", index, "instanceType"): pool.instance_type,
+            **{
+                config_path("gpuPools", index, "extraInstanceTypes", extra): name
+                for extra, name in enumerate(pool.extra_instance_types)
+            },
+        }
+        for path, instance_type in where.items():
+            family = instance_type.split(".")[0]
+            if family not in AL2023_NVIDIA_FAMILIES[machine.arch]:
+                covered = ", ".join(sorted(AL2023_NVIDIA_FAMILIES[machine.arch]))
+                yield ConfigIssue(
+                    path,
+                    instance_type,
+                    f"the EKS AL2023 NVIDIA AMI (driver {AL2023_NVIDIA_DRIVER_BRANCH}) "
+                    f"does not cover the {family} family",
+                    f"use one of the covered families: {covered}",
+                )
 
 
 def render_kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:

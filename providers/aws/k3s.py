@@ -30,7 +30,7 @@ from components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore, agent_c
 from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
 from components.k3s.readiness import gated_kubernetes_provider
 from components.k3s.upgrades import K3sUpgrades
-from components.spec import ClusterSpec, pool_child_name
+from components.spec import ClusterSpec, GpuPoolSpec, pool_child_name
 from components.storage import default_storage_class
 from providers.aws import addons
 from providers.aws.autoscaling import (
@@ -146,6 +146,37 @@ def asg_tags(cluster_name: str, pool: GpuPool, cluster_unneeded_time: str) -> di
         f"k8s.io/cluster-autoscaler/{cluster_name}": "owned",
         **scale_from_zero_tags(template),
     }
+
+
+def agent_market_options(spec: GpuPoolSpec) -> aws.ec2.LaunchTemplateInstanceMarketOptionsArgs | None:
+    if spec.capacity_reservation_id is not None:
+        return CAPACITY_BLOCK_MARKET
+    return aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="spot") if spec.spot else None
+
+
+def mixed_instances_policy(
+    template: aws.ec2.LaunchTemplate, spec: GpuPoolSpec
+) -> aws.autoscaling.GroupMixedInstancesPolicyArgs:
+    """A pool of several instance types: on demand, the first that has capacity in the listed order (the
+    `instanceType` first, which the autoscaler plans with); spot, the pools likeliest to last at the lowest
+    price."""
+    return aws.autoscaling.GroupMixedInstancesPolicyArgs(
+        launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
+            launch_template_specification=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
+                launch_template_id=template.id, version="$Latest"
+            ),
+            overrides=[
+                aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(instance_type=name)
+                for name in (spec.instance_type, *spec.extra_instance_types)
+            ],
+        ),
+        instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
+            on_demand_base_capacity=0,
+            on_demand_percentage_above_base_capacity=0 if spec.spot else 100,
+            on_demand_allocation_strategy="prioritized",
+            spot_allocation_strategy="price-capacity-optimized",
+        ),
+    )
 
 
 def ebs_csi_values(region: str) -> dict[str, object]:
@@ -681,6 +712,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         """
         child = pulumi.ResourceOptions(parent=self)
         block = pool.spec.capacity_reservation_id
+        several_types = bool(pool.spec.extra_instance_types)
         user_data = pulumi.Output.all(server_url, secret.arn).apply(
             lambda parts: base64.b64encode(
                 agent_cloud_config(
@@ -699,7 +731,8 @@ class AwsK3sCluster(pulumi.ComponentResource):
         template = aws.ec2.LaunchTemplate(
             f"{name}-lt",
             image_id=ubuntu_ami(pool.machine.arch),
-            instance_type=pool.machine.name,
+            # With several types, the group's mixed instances policy names them and buys the spot.
+            instance_type=None if several_types else pool.machine.name,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
             vpc_security_group_ids=[groups.nodes.id],
             block_device_mappings=[
@@ -718,13 +751,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 http_tokens="required",
                 http_put_response_hop_limit=AGENT_IMDS_HOP_LIMIT,
             ),
-            instance_market_options=(
-                CAPACITY_BLOCK_MARKET
-                if block is not None
-                else aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="spot")
-                if pool.spec.spot
-                else None
-            ),
+            instance_market_options=None if several_types else agent_market_options(pool.spec),
             capacity_reservation_specification=capacity_block_target(block) if block is not None else None,
             user_data=user_data,
             update_default_version=True,
@@ -743,7 +770,12 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 min_size=limits.min_nodes,
                 max_size=limits.max_nodes,
                 vpc_zone_identifiers=[network.private_subnet_ids[limits.zone_index]],
-                launch_template=aws.autoscaling.GroupLaunchTemplateArgs(id=template.id, version="$Latest"),
+                launch_template=(
+                    None
+                    if several_types
+                    else aws.autoscaling.GroupLaunchTemplateArgs(id=template.id, version="$Latest")
+                ),
+                mixed_instances_policy=mixed_instances_policy(template, pool.spec) if several_types else None,
                 # Spot: replace a node at risk of interruption before it is taken.
                 capacity_rebalance=pool.spec.spot,
                 # One zone per group: nothing to rebalance, and rebalancing terminates running nodes.

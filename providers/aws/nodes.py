@@ -165,7 +165,9 @@ class NodeGroupContext:
 class NodeShape:
     """What differs between the node groups of a cluster."""
 
-    instance_type: str
+    # The first is what the autoscaler plans a node of the group as; the others are launched when it has no
+    # capacity (EKS: "If you specify Spot for capacityType, then we recommend specifying multiple values").
+    instance_types: tuple[str, ...]
     ami_type: str
     capacity_type: str
     min_nodes: int
@@ -221,7 +223,7 @@ def _node_group(
         node_role_arn=ctx.node_role_arn,
         subnet_ids=list(subnet_ids),
         # A Capacity Block's template names the type, and EKS refuses a type in both places.
-        instance_types=None if shape.capacity_type == "CAPACITY_BLOCK" else [shape.instance_type],
+        instance_types=None if shape.capacity_type == "CAPACITY_BLOCK" else list(shape.instance_types),
         ami_type=shape.ami_type,
         capacity_type=shape.capacity_type,
         scaling_config=aws.eks.NodeGroupScalingConfigArgs(
@@ -246,7 +248,7 @@ def system_node_group(
 ) -> aws.eks.NodeGroup:
     """On-demand CPU nodes with a fixed size for CoreDNS, the operator and the autoscaler."""
     shape = NodeShape(
-        instance_type=spec.instance_type,
+        instance_types=(spec.instance_type,),
         ami_type=system_ami_type(spec.instance_type),
         capacity_type="ON_DEMAND",
         min_nodes=spec.nodes,
@@ -290,7 +292,7 @@ class GpuNodePool(pulumi.ComponentResource):
         for limits in zone_limits(spec.min_nodes, spec.max_nodes, zone_indexes):
             zone = limits.zone_index
             shape = NodeShape(
-                instance_type=spec.instance_type,
+                instance_types=(spec.instance_type, *spec.extra_instance_types),
                 ami_type=gpu_ami_type(pool.machine),
                 capacity_type=gpu_capacity_type(spec),
                 min_nodes=limits.min_nodes,

@@ -76,12 +76,14 @@ def capacity_block(reservation_id: str, invoke: pulumi.InvokeOptions) -> Capacit
 
 @dataclass(frozen=True)
 class ZonePlan:
-    """The cluster's zones (in private-subnet order) and, per GPU pool, the indexes of those offering its
-    instance type (for a pool in a Capacity Block: the block's zone)."""
+    """The cluster's zones (in private-subnet order) and, per GPU pool, the indexes of those offering every
+    instance type of the pool (for a pool in a Capacity Block: the block's zone)."""
 
     zones: tuple[Zone, ...]
     pool_zones: Mapping[str, tuple[int, ...]]
     blocks: Mapping[str, CapacityBlock] = field(default_factory=dict)
+    # Per instance type of a pool with several, the indexes of the zones offering it.
+    type_zones: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def zone_plan(spec: ClusterSpec, invoke: pulumi.InvokeOptions) -> ZonePlan:
@@ -91,15 +93,25 @@ def zone_plan(spec: ClusterSpec, invoke: pulumi.InvokeOptions) -> ZonePlan:
         for pool in spec.gpu_pools
         if pool.capacity_reservation_id is not None
     }
+    type_zones = {
+        name: tuple(pool_zone_indexes(name, zones, invoke))
+        for pool in spec.gpu_pools
+        if pool.name not in blocks
+        for name in dict.fromkeys((pool.instance_type, *pool.extra_instance_types))
+    }
     pool_zones = {
         pool.name: (
             tuple(i for i, zone in enumerate(zones) if zone.zone_id == blocks[pool.name].zone_id)
             if pool.name in blocks
-            else tuple(pool_zone_indexes(pool.instance_type, zones, invoke))
+            else tuple(
+                i
+                for i in type_zones[pool.instance_type]
+                if all(i in type_zones[name] for name in pool.extra_instance_types)
+            )
         )
         for pool in spec.gpu_pools
     }
-    return ZonePlan(zones, pool_zones, blocks)
+    return ZonePlan(zones, pool_zones, blocks, type_zones)
 
 
 def zone_issues(spec: ClusterSpec, plan: ZonePlan) -> Iterable[ConfigIssue]:
@@ -118,7 +130,18 @@ def zone_issues(spec: ClusterSpec, plan: ZonePlan) -> Iterable[ConfigIssue]:
         if block is not None:
             yield from _capacity_block_issues(index, pool, block, plan.pool_zones[pool.name], listed)
             continue
-        if not plan.pool_zones[pool.name]:
+        if plan.type_zones[pool.instance_type] and not plan.pool_zones[pool.name]:
+            yield ConfigIssue(
+                config_path("gpuPools", index, "extraInstanceTypes"),
+                list(pool.extra_instance_types),
+                "no zone of the cluster offers all of the pool's types: "
+                + "; ".join(
+                    f"{name} in {', '.join(zones[i].zone_id for i in plan.type_zones[name]) or 'none'}"
+                    for name in (pool.instance_type, *pool.extra_instance_types)
+                ),
+                "list only types offered where instanceType is, or make another pool for them",
+            )
+        elif not plan.pool_zones[pool.name]:
             yield ConfigIssue(
                 config_path("gpuPools", index, "instanceType"),
                 pool.instance_type,
