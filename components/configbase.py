@@ -6,6 +6,7 @@ can define their models and rules without importing the whole cluster spec.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +36,16 @@ class ConfigIssue:
     fix: str
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.value!r} - {self.problem}. Fix: {self.fix}"
+        found = "" if self.value is None else f"{shown_value(self.value)} - "
+        return f"{self.path}: {found}{self.problem}. Fix: {self.fix}"
+
+
+def shown_value(value: Any, limit: int = 60) -> str:
+    """A config value as JSON (what YAML and the Pulumi CLI show), invisible characters escaped, shortened."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    if not text.isprintable():
+        text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class ConfigError(pulumi.RunError):

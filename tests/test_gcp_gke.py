@@ -635,7 +635,7 @@ def _up(config: dict[str, Any], *mutations: Mutation) -> Recording:
 
 
 def test_documentation_cidrs_are_refused_on_up_and_warned_about_in_a_preview(gcp_gke, gcp_gke_config):
-    assert any("apiAccessCidrs[0]: '203.0.113.0/24' - is an RFC 5737" in w for w in gcp_gke.warnings)
+    assert any('apiAccessCidrs[0]: "203.0.113.0/24" - is an RFC 5737' in w for w in gcp_gke.warnings)
     with pytest.raises(ConfigError) as caught:
         _up(gcp_gke_config)
     (issue,) = caught.value.issues

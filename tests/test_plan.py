@@ -146,7 +146,7 @@ def test_a_plan_never_imports_the_other_clouds_sdk(stack, other_cloud_sdk):
 @pytest.mark.parametrize(
     ("stack_text", "message"),
     [
-        ("config:\n  aws:region: us-east-1\n", "gpu-k8s:cluster: None - is not set"),
+        ("config:\n  aws:region: us-east-1\n", "gpu-k8s:cluster: is not set"),
         ("config: [\n", "not valid YAML"),
         (
             yaml.safe_dump(
@@ -197,7 +197,7 @@ def test_up_flag_plans_the_stack_as_a_real_run(tmp_path):
     """The example's placeholder apiAccessCidrs lock the deployer out: a preview warns, `up` refuses."""
     refused = run_plan("aws-k3s", "--up", "--json")
     assert refused.returncode == 2 and refused.stdout == ""
-    assert "apiAccessCidrs[0]: '203.0.113.0/24' - is an RFC 5737 documentation range" in refused.stderr
+    assert 'apiAccessCidrs[0]: "203.0.113.0/24" - is an RFC 5737 documentation range' in refused.stderr
     stack = yaml.safe_load((PROJECT_ROOT / "stacks" / "Pulumi.aws-k3s.yaml").read_text())
     stack["config"]["gpu-k8s:cluster"]["apiAccessCidrs"] = ["198.18.7.0/24"]
     real = tmp_path / "Pulumi.aws-k3s.yaml"

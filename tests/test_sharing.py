@@ -270,7 +270,7 @@ def test_cuda_newer_than_the_eks_driver_runs_with_a_warning(aws_eks_config):
 
 def test_the_example_stack_warns_only_about_its_placeholder_api_cidr(aws_eks):
     (warning,) = aws_eks.warnings
-    assert warning.startswith("gpu-k8s:cluster.apiAccessCidrs[0]: '203.0.113.0/24' - is an RFC 5737")
+    assert warning.startswith('gpu-k8s:cluster.apiAccessCidrs[0]: "203.0.113.0/24" - is an RFC 5737')
 
 
 # --- driver/CUDA rules on a driver the GPU Operator installs (not reachable on EKS, whose driver is 580) ---

@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
 
+from components.configbase import raise_if_any
 from tools import fake_tls
+from tools.stackfile import load_stack_file, pulumi_key_issues
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROJECT_NAME = "gpu-k8s"
@@ -438,14 +439,15 @@ class _WarningCollector(logging.Handler):
 
 def stack_config(stack_file: Path) -> dict[str, Any]:
     """Project-level defaults from Pulumi.yaml overlaid with the stack file's `config:`, as the CLI does."""
-    project = yaml.safe_load((PROJECT_ROOT / "Pulumi.yaml").read_text())
+    project = load_stack_file(PROJECT_ROOT / "Pulumi.yaml")
     merged: dict[str, Any] = {}
     for key, declaration in (project.get("config") or {}).items():
         if isinstance(declaration, dict) and "value" in declaration:
             merged[key] = declaration["value"]
         elif isinstance(declaration, dict) and "default" in declaration:
             merged[key] = declaration["default"]
-    merged.update((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {})
+    merged.update(load_stack_file(stack_file).get("config", {}))
+    raise_if_any(pulumi_key_issues(merged))
     return merged
 
 

@@ -21,7 +21,6 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pulumi.output import Unknown
 
 from components.configbase import ConfigError
@@ -194,12 +193,26 @@ def render_text(recording: Recording) -> str:
     return "\n".join(lines) + "\n"
 
 
+class StackNotFound(Exception):
+    """The argument names no stack file."""
+
+
 def stack_file(stack: str) -> Path:
     """`aws-eks` -> stacks/Pulumi.aws-eks.yaml; anything that looks like a path is taken as one."""
     candidate = Path(stack)
-    if candidate.suffix in {".yaml", ".yml"}:
+    known = ", ".join(stack_name(p) for p in sorted((PROJECT_ROOT / "stacks").glob("Pulumi.*.yaml")))
+    if candidate.suffix not in {".yaml", ".yml"} and "/" not in stack and not candidate.exists():
+        candidate = PROJECT_ROOT / "stacks" / f"Pulumi.{stack}.yaml"
+        if not candidate.is_file():
+            raise StackNotFound(f"{stack}: no stack of that name (no file {candidate}); stacks: {known}")
         return candidate
-    return PROJECT_ROOT / "stacks" / f"Pulumi.{stack}.yaml"
+    if candidate.is_dir():
+        raise StackNotFound(f"{stack}: a directory; name a stack ({known}) or a Pulumi.<stack>.yaml file")
+    if not candidate.is_file():
+        raise StackNotFound(f"{stack}: no such file; name a stack ({known}) or a Pulumi.<stack>.yaml file")
+    if candidate.suffix not in {".yaml", ".yml"}:
+        raise StackNotFound(f"{stack}: not a stack file; stack files are named Pulumi.<stack>.yaml")
+    return candidate
 
 
 def stack_name(path: Path) -> str:
@@ -208,11 +221,6 @@ def stack_name(path: Path) -> str:
 
 def plan(stack: str, up: bool = False) -> Recording:
     path = stack_file(stack)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no stack file {path}; stacks: "
-            + ", ".join(stack_name(p) for p in sorted((PROJECT_ROOT / "stacks").glob("Pulumi.*.yaml")))
-        )
     return run_program(stack_name(path), stack_config(path), preview=not up)
 
 
@@ -224,11 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         recording = plan(args.stack, up=args.up)
-    except (ConfigError, FileNotFoundError) as exc:
+    except (ConfigError, StackNotFound) as exc:
         print(exc, file=sys.stderr)
-        return 2
-    except yaml.YAMLError as exc:
-        print(f"{args.stack}: not valid YAML: {exc}", file=sys.stderr)
         return 2
     if args.json:
         sys.stdout.write(json.dumps(plan_document(recording), indent=2, sort_keys=True) + "\n")
