@@ -7,7 +7,7 @@ can define their models and rules without importing the whole cluster spec.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +65,68 @@ def raise_if_any(*issue_groups: Iterable[ConfigIssue]) -> None:
     issues = [issue for group in issue_groups for issue in group]
     if issues:
         raise ConfigError(issues)
+
+
+# Sizes, counts and disk sizes are 32-bit integers in the EC2, Auto Scaling, EKS and Compute Engine APIs.
+MAX_API_INTEGER = 2**31 - 1
+
+
+def raw_value_issues(value: Any, parts: tuple[str | int, ...] = ()) -> Iterator[ConfigIssue]:
+    """Text and numbers no setting can mean, anywhere under `gpu-k8s:cluster`: invisible or non-ASCII
+    characters (a pasted line break, a Unicode digit), surrounding spaces, integers beyond 32 bits."""
+    path = config_path(*parts)
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _text_issues(config_path(*parts, key), key, "the key ")
+            yield from raw_value_issues(item, (*parts, key))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from raw_value_issues(item, (*parts, index))
+    elif isinstance(value, str):
+        yield from _text_issues(path, value, "")
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_API_INTEGER:
+        yield ConfigIssue(
+            path,
+            value,
+            f"is beyond what the cloud APIs take (at most {MAX_API_INTEGER:,})",
+            "use a smaller number",
+        )
+
+
+def _text_issues(path: str, text: str, which: str) -> Iterator[ConfigIssue]:
+    if not text.isascii():
+        yield ConfigIssue(
+            path,
+            text,
+            f"{which}contains non-ASCII characters",
+            "retype it with plain ASCII letters and digits",
+        )
+    elif not text.isprintable():
+        yield ConfigIssue(
+            path,
+            text,
+            f"{which}contains a line break, tab or control character",
+            "write it on one line (a `|` block or a \\n in quotes adds a line break)",
+        )
+    elif text != text.strip():
+        yield ConfigIssue(path, text, f"{which}starts or ends with spaces", "remove them")
+
+
+def stack_cluster_config() -> Any:
+    """The stack's `gpu-k8s:cluster` value as the Pulumi CLI hands it over (structured config is JSON)."""
+    try:
+        return pulumi.Config().get_object(CONFIG_KEY.split(":", 1)[1])
+    except pulumi.ConfigTypeError as exc:
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    CONFIG_KEY,
+                    exc.value,
+                    "is text, not a mapping",
+                    "write the cluster's keys indented under it, as in stacks/Pulumi.aws-eks.yaml",
+                )
+            ]
+        ) from None
 
 
 def config_path(*parts: str | int) -> str:

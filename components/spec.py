@@ -21,7 +21,15 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
 from components.catalog import N1_MACHINE, Catalog, Cloud, MachineType, load_catalog
 from components.compat import GPU_OPERATOR_CHART_VERSION, addon_issues, cuda_version_issue
-from components.configbase import CONFIG_KEY, ConfigError, ConfigIssue, StrictModel, config_path
+from components.configbase import (
+    CONFIG_KEY,
+    ConfigError,
+    ConfigIssue,
+    StrictModel,
+    config_path,
+    raise_if_any,
+    raw_value_issues,
+)
 from components.sharing import (
     DEFAULT_DEVICE_PLUGIN_CONFIG,
     PoolMig,
@@ -238,9 +246,13 @@ class GkeSpec(StrictModel):
     maintenance_exclusions: tuple[MaintenanceExclusionSpec, ...] = ()
 
 
-# The k3s release the example stacks pin: the stable channel when k3s v1.37.0 came out ("Update stable channel
-# to v1.36.3+k3s1", k3s-io/docs release notes), the newest minor the pinned GPU Operator supports.
-DEFAULT_K3S_VERSION = "v1.36.3+k3s1"
+# The k3s release a stack runs when `k3s.version` is not set, per `kubernetesVersion`. 1.36: the stable
+# channel when k3s v1.37.0 came out ("Update stable channel to v1.36.3+k3s1", k3s-io/docs
+# release-notes/v1.37.X.md); 1.35 and 1.34: the releases of the 2026-06 backports (github.com/k3s-io/k3s
+# releases v1.35.6+k3s1 and v1.34.9+k3s1). None for 1.33: Kubernetes 1.33 reached end of life on 2026-06-28
+# (kubernetes.io/releases/1.33).
+K3S_RELEASES = {"1.34": "v1.34.9+k3s1", "1.35": "v1.35.6+k3s1", "1.36": "v1.36.3+k3s1"}
+DEFAULT_K3S_VERSION = K3S_RELEASES["1.36"]
 K3S_VERSION = re.compile(r"^v1\.(\d+)\.(\d+)\+k3s(\d+)$")
 # One server, or three with embedded etcd (etcd needs a majority; two servers tolerate no failure).
 K3S_SERVER_COUNTS = (1, 3)
@@ -318,9 +330,53 @@ def _structural_issue(error: Mapping[str, Any]) -> ConfigIssue:
         hint = f"did you mean '{guess[0]}'? " if guess else ""
         return ConfigIssue(path, error["input"], "unknown key", f"{hint}allowed keys: {', '.join(allowed)}")
     if kind == "missing":
-        return ConfigIssue(path, None, "required key is missing", "add it; see stacks/README.md")
+        parent = config_path(*loc[:-1])
+        return ConfigIssue(path, None, "is missing", f"add `{loc[-1]}:` under {parent}; see stacks/README.md")
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    if kind in _EXPECTED_TYPES:
+        problem = f"is {_kind_of(value)}, not {_EXPECTED_TYPES[kind]}"
+        return ConfigIssue(path, value, problem, f"write {_EXPECTED_TYPES[kind]} here; see stacks/README.md")
+    if kind in _BOUNDS:
+        wording, bound_key = _BOUNDS[kind]
+        return ConfigIssue(path, value, f"must be {wording} {ctx[bound_key]}", "change the number")
+    if kind == "literal_error":
+        return ConfigIssue(path, value, f"must be {ctx['expected']}", "pick one of those")
+    if kind == "too_short":
+        return ConfigIssue(
+            path, value, f"must list at least {ctx['min_length']} item(s)", "add one; see stacks/README.md"
+        )
     problem = error["msg"].removeprefix("Value error, ")
-    return ConfigIssue(path, error.get("input"), problem, "see stacks/README.md for the allowed values")
+    return ConfigIssue(path, value, problem, "see stacks/README.md for the allowed values")
+
+
+# Pydantic's error types for a value of the wrong type, with what the key takes.
+_EXPECTED_TYPES = {
+    "string_type": "text",
+    "int_type": "a whole number",
+    "bool_type": "true or false",
+    "dict_type": "a mapping (key: value lines)",
+    "model_type": "a mapping (key: value lines)",
+    "tuple_type": "a list",
+    "list_type": "a list",
+}
+_BOUNDS = {
+    "greater_than": ("more than", "gt"),
+    "greater_than_equal": ("at least", "ge"),
+    "less_than": ("less than", "lt"),
+    "less_than_equal": ("at most", "le"),
+}
+
+
+def _kind_of(value: Any) -> str:
+    if value is None:
+        return "empty"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    names: dict[type, str] = {str: "text", dict: "a mapping", list: "a list"}
+    return names.get(type(value), "something else")
 
 
 def _cidr_issue(path: str, value: str) -> ConfigIssue | None:
@@ -872,7 +928,15 @@ def _semantic_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssu
 def _k3s_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
     version = spec.k3s.version
     match = K3S_VERSION.match(version)
-    if match is None:
+    if "version" not in spec.k3s.model_fields_set:
+        yield ConfigIssue(
+            config_path("k3s", "version"),
+            None,
+            f"is not set, and no k3s release is pinned for kubernetesVersion {spec.kubernetes_version}",
+            f"set k3s.version to a k3s {spec.kubernetes_version} release (github.com/k3s-io/k3s/releases), "
+            f"or kubernetesVersion to one of {', '.join(K3S_RELEASES)}",
+        )
+    elif match is None:
         yield ConfigIssue(
             config_path("k3s", "version"),
             version,
@@ -920,11 +984,20 @@ def mig_pools(spec: ClusterSpec, catalog: Catalog, among: Iterable[int] | None =
 
 
 def _kind_defaults(raw: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Defaults that depend on the kind: on k3s the system pool is the servers, one unless asked for three."""
+    """Defaults that depend on the kind: on k3s the system pool is the servers, one unless asked for three,
+    and the k3s release is the one pinned for `kubernetesVersion`."""
+    if raw.get("kind") != "k3s":
+        return raw
+    defaulted = dict(raw)
     pool = raw.get("systemPool")
-    if raw.get("kind") == "k3s" and isinstance(pool, Mapping) and "nodes" not in pool:
-        return {**raw, "systemPool": {**pool, "nodes": 1}}
-    return raw
+    if isinstance(pool, Mapping) and "nodes" not in pool:
+        defaulted["systemPool"] = {**pool, "nodes": 1}
+    k3s = raw.get("k3s", {})
+    minor = raw.get("kubernetesVersion")
+    release = K3S_RELEASES.get(minor) if isinstance(minor, str) else None
+    if isinstance(k3s, Mapping) and "version" not in k3s and release is not None:
+        defaulted["k3s"] = {**k3s, "version": release}
+    return defaulted
 
 
 def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
@@ -951,14 +1024,15 @@ def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
                 )
             ]
         )
+    raise_if_any(raw_value_issues(raw))
     try:
         # JSON mode: strict types, yet YAML lists become tuples (Pulumi hands structured config over as JSON).
         spec = ClusterSpec.model_validate_json(json.dumps(_kind_defaults(raw)))
     except ValidationError as exc:
         errors = exc.errors()
         # A list whose items all failed also reports itself as too short; the item errors say more.
-        failed_parents = {tuple(e["loc"][:-2]) for e in errors if len(e["loc"]) > 2}
-        errors = [e for e in errors if not (e["type"] == "too_short" and tuple(e["loc"]) in failed_parents)]
+        inner = {tuple(e["loc"])[:depth] for e in errors for depth in range(len(e["loc"]))}
+        errors = [e for e in errors if not (e["type"] == "too_short" and tuple(e["loc"]) in inner)]
         raise ConfigError(_structural_issue(e) for e in errors) from None
     issues = list(_semantic_issues(spec, catalog or load_catalog()))
     if issues:

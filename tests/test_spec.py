@@ -59,13 +59,13 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "max-below-one",
         set_path("gpuPools.0.maxNodes", 0),
         "gpuPools[0].maxNodes",
-        ("greater than or equal to 1",),
+        ("must be at least 1",),
     ),
     (
         "negative-min",
         set_path("gpuPools.0.minNodes", -1),
         "gpuPools[0].minNodes",
-        ("greater than or equal to 0",),
+        ("must be at least 0",),
     ),
     (
         "instance-type-typo",
@@ -194,7 +194,7 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "system-pool-size",
         set_path("systemPool.nodes", 0),
         "systemPool.nodes",
-        ("greater than or equal to 1",),
+        ("must be at least 1",),
     ),
     (
         "system-type-not-an-ec2-name",

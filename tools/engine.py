@@ -31,7 +31,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 from components.configbase import raise_if_any
 from tools import fake_tls
-from tools.stackfile import load_stack_file, pulumi_key_issues
+from tools.stackfile import config_key_issues, load_stack_file
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROJECT_NAME = "gpu-k8s"
@@ -447,7 +447,7 @@ def stack_config(stack_file: Path) -> dict[str, Any]:
         elif isinstance(declaration, dict) and "default" in declaration:
             merged[key] = declaration["default"]
     merged.update(load_stack_file(stack_file).get("config", {}))
-    raise_if_any(pulumi_key_issues(merged))
+    raise_if_any(config_key_issues(merged))
     return merged
 
 

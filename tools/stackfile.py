@@ -191,8 +191,12 @@ def _checked_levels(document: Any) -> Iterator[ConfigIssue]:
         return
 
 
-def pulumi_key_issues(config: dict[str, Any]) -> Iterator[ConfigIssue]:
-    """Keys the Pulumi CLI reads itself, with the shape it expects (after project defaults are merged)."""
+def config_key_issues(config: dict[str, Any]) -> Iterator[ConfigIssue]:
+    """Keys left empty, and keys the Pulumi CLI reads itself with the shape it expects (after project defaults
+    are merged)."""
+    for key, value in config.items():
+        if value is None:
+            yield ConfigIssue(key, None, "is empty", "give it a value, or remove the line")
     for key in _PULUMI_LIST_KEYS:
         value = config.get(key)
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import pulumi
@@ -9,18 +10,42 @@ import pulumi
 from components.configbase import ConfigError, ConfigIssue, config_path
 from components.spec import GCP_ZONE, ClusterSpec
 
+# Project IDs: 6-30 lowercase letters, digits and hyphens, starting with a letter, not ending with a hyphen
+# (Resource Manager, "Creating and managing projects"); older projects may carry a domain prefix
+# ("example.com:my-project").
+PROJECT_ID = re.compile(r"(?:[a-z][-a-z0-9.]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9]", re.ASCII)
+REGION = re.compile(r"[a-z]+-[a-z]+[0-9]+", re.ASCII)
+_AWS_REGION = re.compile(r"[a-z]+(-[a-z]+)+-[0-9]+", re.ASCII)
+
+
+def location_issues(project: str | None, region: str | None) -> Iterable[ConfigIssue]:
+    """What is wrong with `gcp:project` and `gcp:region`, if anything."""
+    for key, value, example in (("project", project, "my-project"), ("region", region, "us-central1")):
+        if not value:
+            yield ConfigIssue(f"gcp:{key}", None, "is not set", f"pulumi config set gcp:{key} {example}")
+    if project and not PROJECT_ID.fullmatch(project):
+        yield ConfigIssue(
+            "gcp:project",
+            project,
+            "is not a project ID (6-30 lowercase letters, digits and hyphens, starting with a letter)",
+            "use the project's ID, not its name or number: gcloud projects list",
+        )
+    if region and not REGION.fullmatch(region):
+        shape = (
+            "an AWS region name; GCP regions read like us-central1"
+            if _AWS_REGION.fullmatch(region)
+            else ("not a GCP region name")
+        )
+        yield ConfigIssue("gcp:region", region, f"is {shape}", "pick one from `gcloud compute regions list`")
+
 
 def project_and_region() -> tuple[str, str]:
-    """`gcp:project` and `gcp:region`, or a ConfigError naming each one missing."""
+    """`gcp:project` and `gcp:region`, or a ConfigError naming each one that is missing or malformed."""
     config = pulumi.Config("gcp")
     project, region = config.get("project"), config.get("region")
-    missing = [
-        ConfigIssue(f"gcp:{key}", None, "is not set", f"pulumi config set gcp:{key} {example}")
-        for key, value, example in (("project", project, "my-project"), ("region", region, "us-central1"))
-        if not value
-    ]
-    if missing:
-        raise ConfigError(missing)
+    issues = list(location_issues(project, region))
+    if issues:
+        raise ConfigError(issues)
     assert project and region
     return project, region
 
