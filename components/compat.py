@@ -114,6 +114,11 @@ class OperatorRelease:
 
 
 GPU_OPERATOR_CHART_VERSION = "v26.7.0"
+CLUSTER_AUTOSCALER_CHART_VERSION = "9.59.0"
+# Helm chart versions are SemVer 2 (helm.sh docs, "The Chart.yaml File").
+CHART_VERSION = re.compile(
+    r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?", re.ASCII
+)
 # REFERENCE.md 1.1, read from deployments/gpu-operator/values.yaml at each tag.
 OPERATOR_RELEASES = {
     "v26.7.0": OperatorRelease(driver="595.91.07", toolkit="1.20.0"),
@@ -202,6 +207,14 @@ def addon_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
             f"ships NVIDIA Container Toolkit {release.toolkit}, below the {TOOLKIT_FLOOR} floor "
             "(container-escape CVEs: CVE-2024-0132 fixed in 1.16.2, CVE-2025-23266 in 1.17.8)",
             f"use {patched[-1]} or newer; the default is {GPU_OPERATOR_CHART_VERSION}",
+        )
+    autoscaler = spec.addon_versions.cluster_autoscaler
+    if not CHART_VERSION.fullmatch(autoscaler):
+        yield ConfigIssue(
+            config_path("addonVersions", "clusterAutoscaler"),
+            autoscaler,
+            "not a chart version (Helm charts carry SemVer 2 versions)",
+            f'write a cluster-autoscaler chart release, e.g. "{CLUSTER_AUTOSCALER_CHART_VERSION}"',
         )
     driver = spec.addon_versions.nvidia_driver
     if driver is not None and not re.fullmatch(r"\d{3}\.\d+(\.\d+)?", driver):

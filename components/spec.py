@@ -20,7 +20,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
 from components.catalog import N1_MACHINE, Catalog, Cloud, MachineType, load_catalog
-from components.compat import GPU_OPERATOR_CHART_VERSION, addon_issues, cuda_version_issue
+from components.compat import (
+    CLUSTER_AUTOSCALER_CHART_VERSION,
+    GPU_OPERATOR_CHART_VERSION,
+    addon_issues,
+    cuda_version_issue,
+)
 from components.configbase import (
     CONFIG_KEY,
     ConfigError,
@@ -38,8 +43,6 @@ from components.sharing import (
     mig_layout,
     sharing_issues,
 )
-
-CLUSTER_AUTOSCALER_CHART_VERSION = "9.59.0"
 
 # Kubernetes minors the pinned GPU Operator (v26.7.0) supports: NVIDIA platform-support.rst, 1.33-1.36.
 SUPPORTED_KUBERNETES_MINORS = ("1.33", "1.34", "1.35", "1.36")
@@ -63,6 +66,10 @@ DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 # EC2 capacity reservation IDs: "cr-" and 17 hexadecimal digits (cr-02168da1478b509e0 in the EKS user guide,
 # "Create a managed node group with Capacity Blocks for ML").
 CAPACITY_RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
+# EC2 resource IDs: the prefix and 8 or (since 2018) 17 hexadecimal digits.
+WHOLE_INTERNET = ipaddress.IPv4Network("0.0.0.0/0")
+AWS_VPC_ID = re.compile(r"vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})")
+AWS_SUBNET_ID = re.compile(r"subnet-(?:[0-9a-f]{8}|[0-9a-f]{17})")
 
 
 def _quoted(key: str, example: str) -> BeforeValidator:
@@ -283,7 +290,8 @@ class ClusterSpec(StrictModel):
     addon_versions: AddonVersions = AddonVersions()
     eks: EksSpec = EksSpec()
     gke: GkeSpec = GkeSpec()
-    k3s: K3sSpec = K3sSpec()
+    # to_camel would spell it "k3S".
+    k3s: Annotated[K3sSpec, Field(alias="k3s")] = K3sSpec()
     # The newest CUDA release the workloads are built for ("12.8"); checked against each pool's driver.
     cuda: CudaRelease = None
 
@@ -326,8 +334,9 @@ def _structural_issue(error: Mapping[str, Any]) -> ConfigIssue:
         allowed = sorted(f.alias for f in owner.model_fields.values() if f.alias) if owner else []
         if key in _DECIDED_KEYS:
             return ConfigIssue(path, error["input"], "not a setting", _DECIDED_KEYS[key])
-        guess = difflib.get_close_matches(key, allowed, n=1)
-        hint = f"did you mean '{guess[0]}'? " if guess else ""
+        by_lowercase = {name.lower(): name for name in allowed}
+        guess = difflib.get_close_matches(key.lower(), list(by_lowercase), n=1)
+        hint = f"did you mean {by_lowercase[guess[0]]}? " if guess else ""
         return ConfigIssue(path, error["input"], "unknown key", f"{hint}allowed keys: {', '.join(allowed)}")
     if kind == "missing":
         parent = config_path(*loc[:-1])
@@ -377,6 +386,44 @@ def _kind_of(value: Any) -> str:
         return "a number"
     names: dict[type, str] = {str: "text", dict: "a mapping", list: "a list"}
     return names.get(type(value), "something else")
+
+
+def _api_access_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
+    """Who may reach the API: valid ranges, and not the whole internet unless the user opted in, whether one
+    range says so or several add up to it (0.0.0.0/1 + 128.0.0.0/1)."""
+    ranges = []
+    for index, cidr in enumerate(spec.api_access_cidrs):
+        issue = _cidr_issue(config_path("apiAccessCidrs", index), cidr)
+        if issue:
+            yield issue
+        else:
+            ranges.append(ipaddress.IPv4Network(cidr))
+    if spec.allow_public_api_from_anywhere or WHOLE_INTERNET not in ipaddress.collapse_addresses(ranges):
+        return
+    whole = [index for index, cidr in enumerate(spec.api_access_cidrs) if cidr.endswith("/0")]
+    yield ConfigIssue(
+        config_path("apiAccessCidrs", *whole[:1]),
+        spec.api_access_cidrs[whole[0]] if whole else list(spec.api_access_cidrs),
+        "opens the Kubernetes API to the whole internet" + ("" if whole else " (the ranges add up to it)"),
+        "list your office/VPN/CI CIDRs, or set allowPublicApiFromAnywhere: true if you mean it",
+    )
+
+
+def _unicast_issue(path: str, value: str) -> ConfigIssue | None:
+    """A network range hosts can have addresses in: not multicast, loopback, link-local, "this network"
+    (0.0.0.0/8) or reserved (240.0.0.0/4)."""
+    network = ipaddress.IPv4Network(value)
+    if (
+        network.is_multicast
+        or network.is_loopback
+        or network.is_link_local
+        or network.is_reserved
+        or network.overlaps(ipaddress.IPv4Network("0.0.0.0/8"))
+    ):
+        return ConfigIssue(
+            path, value, "is not a range hosts can have addresses in", "use RFC 1918 space, e.g. 10.40.0.0/16"
+        )
+    return None
 
 
 def _cidr_issue(path: str, value: str) -> ConfigIssue | None:
@@ -475,7 +522,9 @@ def _aws_network_issues(net: NetworkSpec) -> Iterable[ConfigIssue]:
         )
         return
     if net.cidr is not None:
-        issue = _cidr_issue(config_path("network", "cidr"), net.cidr)
+        issue = _cidr_issue(config_path("network", "cidr"), net.cidr) or _unicast_issue(
+            config_path("network", "cidr"), net.cidr
+        )
         if issue:
             yield issue
         elif not 16 <= ipaddress.IPv4Network(net.cidr).prefixlen <= 20:
@@ -493,7 +542,30 @@ def _aws_network_issues(net: NetworkSpec) -> Iterable[ConfigIssue]:
                 "remove privateSubnetIds/publicSubnetIds or replace cidr with vpcId",
             )
         return
-    if len(net.private_subnet_ids) < 2:
+    if not AWS_VPC_ID.fullmatch(net.vpc_id or ""):
+        yield ConfigIssue(
+            config_path("network", "vpcId"),
+            net.vpc_id,
+            "not a VPC ID",
+            "use the VPC's ID, e.g. vpc-0a1b2c3d4e5f60718 (aws ec2 describe-vpcs)",
+        )
+    seen: dict[str, str] = {}
+    for key, ids in (
+        ("privateSubnetIds", net.private_subnet_ids),
+        ("publicSubnetIds", net.public_subnet_ids),
+    ):
+        for index, subnet in enumerate(ids):
+            where = config_path("network", key, index)
+            if not AWS_SUBNET_ID.fullmatch(subnet):
+                yield ConfigIssue(
+                    where, subnet, "not a subnet ID", "use subnet IDs, e.g. subnet-0a1b2c3d4e5f60718"
+                )
+            elif subnet in seen:
+                yield ConfigIssue(
+                    where, subnet, f"is listed already in network.{seen[subnet]}", "list each subnet once"
+                )
+            seen.setdefault(subnet, key)
+    if len(set(net.private_subnet_ids)) < 2:
         yield ConfigIssue(
             config_path("network", "privateSubnetIds"),
             list(net.private_subnet_ids),
@@ -541,7 +613,10 @@ def _gcp_network_issues(net: NetworkSpec, vpc_native: bool) -> Iterable[ConfigIs
     for key, example in wanted:
         if given[key] is None:
             yield ConfigIssue(
-                config_path("network", key), None, "required key is missing", f"add it, e.g. {key}: {example}"
+                config_path("network", key),
+                None,
+                "is missing",
+                f"add it under network, e.g. {key}: {example}",
             )
     if existing:
         return
@@ -873,17 +948,7 @@ def _semantic_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssu
             f"use one of: {', '.join(SUPPORTED_KUBERNETES_MINORS)}",
         )
     yield from _network_issues(spec)
-    for index, cidr in enumerate(spec.api_access_cidrs):
-        issue = _cidr_issue(config_path("apiAccessCidrs", index), cidr)
-        if issue:
-            yield issue
-        elif ipaddress.IPv4Network(cidr).prefixlen == 0 and not spec.allow_public_api_from_anywhere:
-            yield ConfigIssue(
-                config_path("apiAccessCidrs", index),
-                cidr,
-                "opens the Kubernetes API to the whole internet",
-                "list your office/VPN/CI CIDRs, or set allowPublicApiFromAnywhere: true if you mean it",
-            )
+    yield from _api_access_issues(spec)
     if spec.cloud == "aws" and not AWS_INSTANCE_TYPE.match(spec.system_pool.instance_type):
         yield ConfigIssue(
             config_path("systemPool", "instanceType"),

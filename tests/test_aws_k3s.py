@@ -502,6 +502,12 @@ def test_fetcher_signs_exactly_like_botocore(monkeypatch):
 # --- bad input ---
 
 BAD_K3S_INPUTS = [
+    (
+        "labels-beyond-the-asg-tag-limit",
+        set_path("gpuPools.0.labels", {f"team.example.com/l{i}": "x" for i in range(45)}),
+        "gpuPools[0].labels",
+        ("55 tags", "drop at least 5"),
+    ),
     ("two-servers", set_path("systemPool.nodes", 2), "systemPool.nodes", ("1 or 3",)),
     ("k3s-version-malformed", set_path("k3s", {"version": "1.36.3"}), "k3s.version", ("not a k3s release",)),
     (
@@ -542,7 +548,10 @@ BAD_K3S_INPUTS = [
     ),
     (
         "existing-vpc-without-public-subnets",
-        set_path("network", {"vpcId": "vpc-0abc", "privateSubnetIds": ["subnet-a", "subnet-b"]}),
+        set_path(
+            "network",
+            {"vpcId": "vpc-0a1b2c3d", "privateSubnetIds": ["subnet-0a1b2c3d", "subnet-1a1b2c3d"]},
+        ),
         "network.publicSubnetIds",
         ("load balancer needs public subnets",),
     ),

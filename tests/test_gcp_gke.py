@@ -396,6 +396,18 @@ def test_a_valid_n1_attachment_resolves_to_the_catalog_gpu(gcp_gke_config):
 # (id, mutation, YAML path named in the error, words the message must contain)
 BAD_GKE_INPUTS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
     (
+        "control-plane-range-inside-the-node-range",
+        set_path("gke", {"masterIpv4CidrBlock": "10.40.0.16/28"}),
+        "gke.masterIpv4CidrBlock",
+        ("overlaps network.cidr (10.40.0.0/20)",),
+    ),
+    (
+        "cluster-name-leaves-no-room-for-pool-names",
+        set_path("name", "a" * 32),
+        "gpuPools[0].name",
+        ("shorten the cluster name", "at most 27 characters"),
+    ),
+    (
         "zone-listed-twice",
         set_path("network.zones", ["us-central1-a", "us-central1-a"]),
         "network.zones[1]",
@@ -515,7 +527,7 @@ BAD_GKE_INPUTS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "services-range-missing",
         delete_key("network.servicesCidr"),
         "network.servicesCidr",
-        ("required key is missing", "10.68.0.0/20"),
+        ("is missing", "10.68.0.0/20"),
     ),
     (
         "system-pool-is-a-gpu-type",

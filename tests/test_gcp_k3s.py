@@ -640,6 +640,12 @@ def test_gpu_operator_installs_the_driver_and_uses_the_k3s_containerd(gcp_k3s):
 
 BAD_GCP_K3S_INPUTS = [
     (
+        "vm-name-prefix-too-long",
+        lambda cluster: (set_path("name", "c" * 32)(cluster), set_path("gpuPools.0.name", "p" * 30)(cluster)),
+        "gpuPools[0].name",
+        ("characters long; Compute Engine takes at most 58", "shorten the pool name"),
+    ),
+    (
         "pool-in-two-zones",
         set_path("gpuPools.0.zones", ["us-central1-a", "us-central1-b"]),
         "gpuPools[0].zones",
@@ -673,7 +679,7 @@ BAD_GCP_K3S_INPUTS = [
         "existing-subnet-without-network",
         lambda c: c.update({"network": {"subnetworkName": "gpu", "zones": ["us-central1-a"]}}),
         "network.networkName",
-        ("required key is missing",),
+        ("is missing",),
     ),
     ("two-servers", set_path("systemPool.nodes", 2), "systemPool.nodes", ("1 or 3",)),
     (

@@ -196,7 +196,7 @@ BAD_SHARING: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "sharing-key-typo",
         set_path("gpuPools.1.sharing.replica", 4),
         "sharing.replica",
-        ("did you mean 'replicas'",),
+        ("did you mean replicas?",),
     ),
     ("pool-named-default", set_path("gpuPools.0.name", "default"), "gpuPools[0].name", ("outside any pool",)),
     ("cuda-unquoted", set_path("cuda", 12.8), "gpu-k8s:cluster.cuda", ("quote it",)),

@@ -40,7 +40,7 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "typo-in-pool-key",
         set_path("gpuPools.0.minNodez", 1),
         "gpuPools[0].minNodez",
-        ("did you mean 'minNodes'",),
+        ("did you mean minNodes?",),
     ),
     (
         "decided-key",
@@ -239,6 +239,71 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         set_path("eks", {"admins": ["arn:aws:iam::123456789012:role/a", "arn:aws:iam::123456789012:role/a"]}),
         "eks.admins[1]",
         ("listed twice",),
+    ),
+    ("vpc-cidr-multicast", set_path("network.cidr", "224.1.0.0/16"), "network.cidr", ("hosts can have",)),
+    ("vpc-cidr-this-network", set_path("network.cidr", "0.0.0.0/16"), "network.cidr", ("hosts can have",)),
+    ("vpc-cidr-link-local", set_path("network.cidr", "169.254.0.0/16"), "network.cidr", ("hosts can",)),
+    ("vpc-cidr-reserved", set_path("network.cidr", "240.0.0.0/16"), "network.cidr", ("hosts can have",)),
+    (
+        "vpc-id-empty",
+        set_path("network", {"vpcId": "", "privateSubnetIds": ["subnet-0a", "subnet-0b"]}),
+        "network.vpcId",
+        ("not a VPC ID",),
+    ),
+    (
+        "subnet-id-malformed",
+        set_path("network", {"vpcId": "vpc-0123456789abcdef0", "privateSubnetIds": ["subnet-1", "x"]}),
+        "network.privateSubnetIds[1]",
+        ("not a subnet ID",),
+    ),
+    (
+        "subnet-listed-twice",
+        set_path(
+            "network",
+            {
+                "vpcId": "vpc-0123456789abcdef0",
+                "privateSubnetIds": ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"],
+                "publicSubnetIds": ["subnet-0123456789abcdef1"],
+            },
+        ),
+        "network.publicSubnetIds[0]",
+        ("is listed already in network.privateSubnetIds", "list each subnet once"),
+    ),
+    (
+        "two-subnet-ids-that-are-one",
+        set_path(
+            "network",
+            {
+                "vpcId": "vpc-01234567",
+                "privateSubnetIds": ["subnet-01234567", "subnet-01234567"],
+            },
+        ),
+        "network.privateSubnetIds",
+        ("at least 2 private subnets",),
+    ),
+    (
+        "api-open-to-world-in-halves",
+        set_path("apiAccessCidrs", ["0.0.0.0/1", "128.0.0.0/1"]),
+        "gpu-k8s:cluster.apiAccessCidrs: [",
+        ("whole internet (the ranges add up to it)", "allowPublicApiFromAnywhere"),
+    ),
+    (
+        "autoscaler-chart-version-empty",
+        set_path("addonVersions", {"clusterAutoscaler": ""}),
+        "addonVersions.clusterAutoscaler",
+        ("not a chart version",),
+    ),
+    (
+        "capitalised-section",
+        set_path("K3s", {}),
+        "gpu-k8s:cluster.K3s",
+        ("did you mean k3s?",),
+    ),
+    (
+        "labels-beyond-the-asg-tag-limit",
+        set_path("gpuPools.0.labels", {f"team.example.com/l{i}": "x" for i in range(45)}),
+        "gpuPools[0].labels",
+        ("its 45 labels", "56 tags", "at most 50", "drop at least 6"),
     ),
     (
         "mig-layout-with-an-unknown-profile",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ from components.autoscaler import (
     node_template,
 )
 from components.cluster import GpuPool
+from components.configbase import ConfigIssue, config_path
 from providers.aws.iam import cluster_autoscaler_policy, pod_identity_trust_policy, role_with_policies
 
 TEMPLATE_PREFIX = "k8s.io/cluster-autoscaler/node-template"
@@ -40,6 +41,29 @@ def scale_from_zero_tags(template: NodeTemplate) -> dict[str, str]:
             template.scale_down_unneeded_time
         )
     return tags
+
+
+# Tags an Auto Scaling group takes (Amazon EC2 Auto Scaling user guide, "Tag Auto Scaling groups and
+# instances": 50 per group).
+MAX_ASG_TAGS = 50
+
+
+def asg_tag_issues(
+    pools: Sequence[GpuPool], tags_of: Callable[[GpuPool], Mapping[str, str]], tags_not_ours: int
+) -> Iterator[ConfigIssue]:
+    """A pool whose labels and taints, as scale-from-zero tags next to the `tags_not_ours` the platform puts
+    on its groups, would not fit an Auto Scaling group (its creation or tagging fails mid-`up`)."""
+    for index, pool in enumerate(pools):
+        count = len(tags_of(pool)) + tags_not_ours
+        if count > MAX_ASG_TAGS:
+            yield ConfigIssue(
+                config_path("gpuPools", index, "labels"),
+                None,
+                f"its {len(pool.spec.labels)} labels with the pool's taints make {count} tags on each of its "
+                "Auto Scaling groups (one per label and taint tells the autoscaler what a node at zero looks "
+                f"like); a group takes at most {MAX_ASG_TAGS}",
+                f"drop at least {count - MAX_ASG_TAGS} labels or taints",
+            )
 
 
 def aws_node_template(pool: GpuPool, cluster_unneeded_time: str) -> NodeTemplate:

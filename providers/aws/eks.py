@@ -20,7 +20,14 @@ from components.kubeconfig import exec_kubeconfig, kubernetes_provider
 from components.spec import ClusterSpec, pool_child_name
 from components.storage import default_storage_class
 from providers.aws import addons
-from providers.aws.autoscaling import ACCELERATOR_LABEL, AutoscalerIdentity, autoscaler_cloud_values
+from providers.aws.autoscaling import (
+    ACCELERATOR_LABEL,
+    AutoscalerIdentity,
+    asg_tag_issues,
+    autoscaler_cloud_values,
+    aws_node_template,
+    scale_from_zero_tags,
+)
 from providers.aws.iam import (
     EKS_CLUSTER_POLICIES,
     EKS_NODE_POLICIES,
@@ -53,6 +60,11 @@ EKS_TRAITS = PlatformTraits(
     toolkit_preinstalled=True,
     accelerator_label=ACCELERATOR_LABEL,
 )
+
+# Tags EKS puts on each managed node group's Auto Scaling group itself: eks:cluster-name, eks:nodegroup-name,
+# k8s.io/cluster-autoscaler/enabled, k8s.io/cluster-autoscaler/<cluster>, kubernetes.io/cluster/<cluster>
+# (UNCONFIRMED against an EKS document; the scale-from-zero tags go next to them).
+EKS_ASG_TAGS = 5
 
 
 # An IAM role or user (access entries take no assumed-role session ARNs; EKS CreateAccessEntry).
@@ -322,6 +334,13 @@ def build(spec: ClusterSpec) -> GpuCluster:
     catalog = load_catalog()
     region = region_from_config()
     raise_if_any(eks_issues(spec, catalog), platform_issues(spec, EKS_TRAITS, catalog))
+    pools = resolve_pools(spec, catalog, EKS_TRAITS)
+    unneeded_time = cluster_scale_down_unneeded_time(pools)
+    raise_if_any(
+        asg_tag_issues(
+            pools, lambda pool: scale_from_zero_tags(aws_node_template(pool, unneeded_time)), EKS_ASG_TAGS
+        )
+    )
     provider = aws_provider(spec.name, region)
     # What the account's zones offer is known only by asking AWS, so after the provider exists.
     zones = zone_plan(spec, pulumi.InvokeOptions(provider=provider))

@@ -35,6 +35,7 @@ from components.storage import default_storage_class
 from providers.aws import addons
 from providers.aws.autoscaling import (
     ACCELERATOR_LABEL,
+    asg_tag_issues,
     autoscaler_cloud_values,
     aws_node_template,
     scale_from_zero_tags,
@@ -797,6 +798,8 @@ def build(spec: ClusterSpec) -> GpuCluster:
     traits = k3s_traits(spec, ACCELERATOR_LABEL)
     raise_if_any(aws_k3s_issues(spec), platform_issues(spec, traits, catalog))
     pools = resolve_pools(spec, catalog, traits)
+    unneeded_time = cluster_scale_down_unneeded_time(pools)
+    raise_if_any(asg_tag_issues(pools, lambda pool: asg_tags(spec.name, pool, unneeded_time), 0))
     provider = aws_provider(spec.name, region)
     # What the account's zones offer is known only by asking AWS, so after the provider exists.
     zones = zone_plan(spec, pulumi.InvokeOptions(provider=provider))

@@ -131,6 +131,7 @@ def gke_issues(
     yield from zone_issues(spec, region)
     yield from system_pool_issues(spec, catalog)
     yield from _control_plane_issues(spec.gke, region)
+    yield from _control_plane_range_issues(spec)
     yield from _node_pool_issues(spec, pools)
 
 
@@ -166,6 +167,25 @@ def _control_plane_issues(gke: GkeSpec, region: str) -> Iterable[ConfigIssue]:
             f"the key is in {match.group(1)}, the cluster in {region}",
             f"use a key ring in {region}",
         )
+
+
+def _control_plane_range_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
+    """The control plane's /28 is peered into the VPC: it must not share addresses with the subnet's node,
+    pod or service ranges this stack creates."""
+    try:
+        master_range = ipaddress.IPv4Network(spec.gke.master_ipv4_cidr_block)
+    except ValueError:
+        return  # refused as malformed already
+    net = spec.network
+    for key, value in (("cidr", net.cidr), ("podsCidr", net.pods_cidr), ("servicesCidr", net.services_cidr)):
+        # The stack's ranges are valid CIDRs here: load_spec refused any other.
+        if value is not None and master_range.overlaps(ipaddress.IPv4Network(value)):
+            yield ConfigIssue(
+                config_path("gke", "masterIpv4CidrBlock"),
+                spec.gke.master_ipv4_cidr_block,
+                f"overlaps network.{key} ({value})",
+                "pick a /28 outside the node, pod and service ranges, e.g. 172.16.0.0/28",
+            )
 
 
 def _timestamp(text: str) -> datetime.datetime | None:
@@ -209,12 +229,18 @@ def _node_pool_issues(spec: ClusterSpec, pools: Sequence[GpuPool]) -> Iterable[C
         resource_name = pool_child_name(spec.name, pool.spec.name)
         if len(resource_name) + AUTONAME_SUFFIX > MAX_NODE_POOL_NAME:
             room = MAX_NODE_POOL_NAME - AUTONAME_SUFFIX - len(resource_name) + len(pool.spec.name)
+            fix = (
+                f"shorten the pool name to at most {room} characters (or the cluster name)"
+                if room > 0
+                else "shorten the cluster name (gpu-k8s:cluster.name) to leave room for the pool's: together "
+                f"they take at most {MAX_NODE_POOL_NAME - AUTONAME_SUFFIX - len('-gpu-')} characters"
+            )
             yield ConfigIssue(
                 path("name"),
                 pool.spec.name,
-                f"makes the node pool name {resource_name!r} plus its random suffix longer than "
+                f'makes the node pool name "{resource_name}" plus its random suffix longer than '
                 f"{MAX_NODE_POOL_NAME} characters",
-                f"shorten the pool name to at most {room} characters (or the cluster name)",
+                fix,
             )
         if "scale_down_unneeded_time" in pool.spec.model_fields_set:
             yield ConfigIssue(

@@ -86,12 +86,25 @@ SPOT_GRACEFUL_SHUTDOWN = {"shutdownGracePeriod": "30s", "shutdownGracePeriodCrit
 PD_CSI_ROLES = ("roles/compute.storageAdmin",)
 SERVICE_ACCOUNT_USER = "roles/iam.serviceAccountUser"
 SECRET_ACCESSOR = "roles/secretmanager.secretAccessor"
+# InstanceGroupManager.baseInstanceName: "The maximum character length is 58" (Compute API discovery
+# document, upstream/compute-api).
+MAX_BASE_INSTANCE_NAME = 58
 
 
 def gcp_k3s_issues(spec: ClusterSpec, region: str) -> Iterable[ConfigIssue]:
-    """Zones of the region, and one zone per GPU pool (a zonal group)."""
+    """Zones of the region, names Compute Engine takes, and one zone per GPU pool (a zonal group)."""
     yield from zone_issues(spec, region)
     for index, pool in enumerate(spec.gpu_pools):
+        base_name = instance_base_name(spec, pool.name)
+        if len(base_name) > MAX_BASE_INSTANCE_NAME:
+            room = MAX_BASE_INSTANCE_NAME - len(spec.name) - 1
+            yield ConfigIssue(
+                config_path("gpuPools", index, "name"),
+                pool.name,
+                f'makes the VM name prefix "{base_name}" {len(base_name)} characters long; Compute Engine '
+                f"takes at most {MAX_BASE_INSTANCE_NAME}",
+                f"shorten the pool name to at most {room} characters (or the cluster name)",
+            )
         if len(pool.zones) > 1:
             yield ConfigIssue(
                 config_path("gpuPools", index, "zones"),
@@ -99,6 +112,11 @@ def gcp_k3s_issues(spec: ClusterSpec, region: str) -> Iterable[ConfigIssue]:
                 "a k3s GPU pool on Compute Engine is one zonal managed instance group",
                 "list one zone, or make one pool per zone",
             )
+
+
+def instance_base_name(spec: ClusterSpec, pool_name: str) -> str:
+    """The prefix of the pool's VM names (the group appends "-" and four random characters)."""
+    return f"{spec.name}-{pool_name}"
 
 
 def pool_zone(spec: ClusterSpec, pool: GpuPool) -> str:
@@ -597,7 +615,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
         manager = gcp.compute.InstanceGroupManager(
             f"{name}-group",
             zone=zone,
-            base_instance_name=f"{spec.name}-{pool.spec.name}",
+            base_instance_name=instance_base_name(spec, pool.spec.name),
             versions=[
                 gcp.compute.InstanceGroupManagerVersionArgs(instance_template=template.self_link_unique)
             ],
