@@ -37,7 +37,9 @@ class ConfigIssue:
 
     def __str__(self) -> str:
         found = "" if self.value is None else f"{shown_value(self.value)} - "
-        return f"{self.path}: {found}{self.problem}. Fix: {self.fix}"
+        # A key may hold a line break or control character (refused, but named in the message).
+        path = self.path if self.path.isprintable() else self.path.encode("unicode_escape").decode("ascii")
+        return f"{path}: {found}{self.problem}. Fix: {self.fix}"
 
 
 def shown_value(value: Any, limit: int = 60) -> str:

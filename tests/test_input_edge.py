@@ -77,6 +77,11 @@ def test_text_and_numbers_no_setting_can_mean_are_refused(path, value, expected)
     assert expected in refusal(mutated(path, value))
 
 
+def test_a_key_with_a_control_character_is_named_on_one_line():
+    message = refusal(mutated("gpuPools.0.labels", {"team\x1d": "a"}))
+    assert "gpuPools[0].labels.team\\x1d: " in message and len(message.splitlines()) == 2
+
+
 def test_the_largest_32_bit_size_passes_the_edge_and_meets_the_pool_rules():
     message = refusal(mutated("gpuPools.0.minNodes", MAX_API_INTEGER))
     assert "beyond what the cloud APIs take" not in message and "minNodes" in message
