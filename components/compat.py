@@ -274,7 +274,7 @@ def driver_issues(
             mig_issue = ConfigIssue(
                 config_path("gpuPools", pool.index, "sharing", "mode"),
                 "mig",
-                f"pool {pool.name!r}: MIG on {model.display_name} needs driver >= {minimum}; "
+                f'pool "{pool.name}": MIG on {model.display_name} needs driver >= {minimum}; '
                 f"the nodes run {driver.describe()}",
                 f"{fix_driver}, or use another sharing mode",
             )
@@ -306,7 +306,7 @@ def driver_issues(
                 ConfigIssue(
                     path,
                     pool.cuda,
-                    f"pool {pool.name!r}: CUDA 13 dropped Maxwell, Pascal and Volta; "
+                    f'pool "{pool.name}": CUDA 13 dropped Maxwell, Pascal and Volta; '
                     f"{model.display_name}{known} "
                     + ("is one of them" if known else "has no known architecture in the catalog"),
                     "build this pool's workloads for CUDA 12.x (set the pool's cuda), or use a newer GPU",
@@ -314,12 +314,13 @@ def driver_issues(
             )
     for (path, cuda), names in unchecked_cuda.items():
         major = int(cuda.split(".")[0])
+        listed = ", ".join(f'"{name}"' for name in names)
         warnings.append(
             _unknown(
                 ConfigIssue(
                     path,
                     cuda,
-                    f"pool{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}: CUDA {cuda} wants "
+                    f"pool{'s' if len(names) > 1 else ''} {listed}: CUDA {cuda} wants "
                     f"driver >= {CUDA_RELEASE_MINIMUM_DRIVER[cuda]} (CUDA {major}.x at least "
                     f"{CUDA_FAMILY_FLOOR[major]}); the nodes run {driver.describe()}",
                     fix_driver,
@@ -343,7 +344,7 @@ def _cuda_driver_issues(
             ConfigIssue(
                 path,
                 pool.cuda,
-                f"pool {pool.name!r}: CUDA {major}.x needs driver >= {floor}; the nodes run "
+                f'pool "{pool.name}": CUDA {major}.x needs driver >= {floor}; the nodes run '
                 f"{driver.describe()}, so CUDA calls fail with 'driver version is insufficient'",
                 f"build the workloads for CUDA {newest} or older, or {fix_driver}",
             )
@@ -353,7 +354,7 @@ def _cuda_driver_issues(
             ConfigIssue(
                 path,
                 pool.cuda,
-                f"pool {pool.name!r}: CUDA {pool.cuda} wants driver >= {release_minimum}; on "
+                f'pool "{pool.name}": CUDA {pool.cuda} wants driver >= {release_minimum}; on '
                 f"{driver.describe()} it runs only under minor-version compatibility (no JIT of newer "
                 "PTX, newer driver APIs fail)",
                 f"build for CUDA {newest} to be fully supported, or ship SASS for the pool's GPU",
@@ -365,7 +366,7 @@ def _cuda_driver_issues(
                 ConfigIssue(
                     path,
                     pool.cuda,
-                    f"pool {pool.name!r}: CUDA {pool.cuda} wants driver >= {release_minimum}; the nodes "
+                    f'pool "{pool.name}": CUDA {pool.cuda} wants driver >= {release_minimum}; the nodes '
                     f"run {driver.describe()}",
                     f"or build for CUDA {_newest_older(pool.cuda) or 'an older release'}",
                 )

@@ -9,6 +9,7 @@ its `default-mig-parted-config` (assets/state-mig-manager/0400_configmap.yaml at
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -302,7 +303,7 @@ def _mig_issues(path: PathOf, spec: SharingSpec, model: GpuModel) -> Iterable[Co
                 spec.layout,
                 f"names no MIG profile of {model.display_name}"
                 if not unknown
-                else f"unknown profiles {unknown}",
+                else f"unknown profiles {', '.join(unknown)}",
                 f"use profiles of this GPU: {profiles}",
             )
             return
@@ -375,9 +376,10 @@ def cluster_mig_issues(pools: Sequence[PoolMig], path: Callable[[int, str], str]
             yield ConfigIssue(
                 path(pool.index, "layout"),
                 pool.layout.name,
-                f"means {dict(pool.layout.devices)} here but {dict(first.layout.devices)} in pool "
-                f"{first.pool_name!r}; with a custom layout in the cluster the toolkit writes one mig-parted "
-                "config, which cannot tell the two GPU models apart",
+                f"means {json.dumps(dict(pool.layout.devices))} here but "
+                f'{json.dumps(dict(first.layout.devices))} in pool "{first.pool_name}"; with a custom '
+                "layout in the cluster the toolkit writes one mig-parted config, which cannot tell the two "
+                "GPU models apart",
                 "give one of the pools a custom layout (a profile -> count mapping)",
             )
 

@@ -310,7 +310,7 @@ def test_system_nodes_in_one_zone_are_warned_about(gcp_gke_config):
 
 def test_driver_requirements_are_warned_once_per_requirement(gcp_gke):
     cuda = [w for w in gcp_gke.warnings if w.startswith("gpu-k8s:cluster.cuda")]
-    assert len(cuda) == 1 and "pools 'l4', 'a100', 't4'" in cuda[0]
+    assert len(cuda) == 1 and 'pools "l4", "a100", "t4"' in cuda[0]
     assert any("MIG on NVIDIA A100" in w for w in gcp_gke.warnings)
 
 

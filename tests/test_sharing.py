@@ -142,7 +142,7 @@ BAD_SHARING: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
             },
         ),
         "gpuPools[4].sharing.layout",
-        ("all-1g.10gb", "'h100'", "custom layout"),
+        ("all-1g.10gb", '"h100"', "custom layout"),
     ),
     (
         "mps-on-mig-profile",
@@ -211,7 +211,7 @@ BAD_SHARING: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "cuda-13-on-volta",
         lambda c: (set_path("cuda", "13.0")(c), set_path("gpuPools.0.instanceType", "p3.2xlarge")(c)),
         "gpu-k8s:cluster.cuda",
-        ("pool 'l40s'", "CUDA 13 dropped", "V100", "set the pool's cuda"),
+        ('pool "l40s"', "CUDA 13 dropped", "V100", "set the pool's cuda"),
     ),
     (
         "driver-configured-on-a-node-image-platform",

@@ -309,7 +309,7 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "mig-layout-with-an-unknown-profile",
         set_path("gpuPools.3.sharing", {"mode": "mig", "layout": {"9g.99gb": 1}}),
         "gpuPools[3].sharing.layout",
-        ("unknown profiles ['9g.99gb']", "1g.10gb"),
+        ("unknown profiles 9g.99gb", "1g.10gb"),
     ),
 ]
 

@@ -108,7 +108,7 @@ def eks_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
             yield ConfigIssue(
                 config_path("gpuPools", index, "name"),
                 pool.name,
-                f"makes the node group name {node_group_name!r} plus its random suffix longer than "
+                f'makes the node group name "{node_group_name}" plus its random suffix longer than '
                 f"{MAX_NODE_GROUP_NAME} characters",
                 f"shorten the pool name to at most {room} characters (or the cluster name)",
             )
