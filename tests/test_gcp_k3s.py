@@ -640,6 +640,12 @@ def test_gpu_operator_installs_the_driver_and_uses_the_k3s_containerd(gcp_k3s):
 
 BAD_GCP_K3S_INPUTS = [
     (
+        "labels-beyond-the-instance-metadata-limit",
+        set_path("gpuPools.0.labels", {f"{'t' * 200}.example.com/l{i}": "v" * 63 for i in range(1000)}),
+        "gpuPools[0].labels",
+        ("VMs' metadata", "less than 524,288", "drop or shorten labels"),
+    ),
+    (
         "vm-name-prefix-too-long",
         lambda cluster: (set_path("name", "c" * 32)(cluster), set_path("gpuPools.0.name", "p" * 30)(cluster)),
         "gpuPools[0].name",

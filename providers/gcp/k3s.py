@@ -89,6 +89,13 @@ SECRET_ACCESSOR = "roles/secretmanager.secretAccessor"
 # InstanceGroupManager.baseInstanceName: "The maximum character length is 58" (Compute API discovery
 # document, upstream/compute-api).
 MAX_BASE_INSTANCE_NAME = 58
+# Metadata.items: "The total size of all keys and values must be less than 512 KB" (same document).
+MAX_METADATA_BYTES = 512 * 1024
+# What the agents' user data can hold at most: the API load balancer's address, and a secret's resource
+# name (a project ID is at most 30 characters; a secret ID at most 255, Secret Manager docs as recalled,
+# UNCONFIRMED here).
+LONGEST_SERVER_URL = f"https://255.255.255.255:{API_PORT}"
+LONGEST_SECRET_NAME = f"projects/{'p' * 30}/secrets/{'s' * 255}"
 
 
 def gcp_k3s_issues(spec: ClusterSpec, region: str) -> Iterable[ConfigIssue]:
@@ -111,6 +118,49 @@ def gcp_k3s_issues(spec: ClusterSpec, region: str) -> Iterable[ConfigIssue]:
                 list(pool.zones),
                 "a k3s GPU pool on Compute Engine is one zonal managed instance group",
                 "list one zone, or make one pool per zone",
+            )
+
+
+def agent_user_data(spec: ClusterSpec, pool: GpuPool, server_url: str, secret_name: str) -> str:
+    """The cloud-init document a GPU agent of the pool boots from."""
+    return agent_cloud_config(
+        AgentNode(
+            k3s_version=spec.k3s.version,
+            server_url=server_url,
+            secret_name=secret_name,
+            labels=pool.node_labels,
+            taints=agent_taints(pool),
+            kubelet_config=SPOT_GRACEFUL_SHUTDOWN if pool.spec.spot else {},
+            external_cloud_provider=True,
+        ),
+        gce_node_bootstrap(),
+    )
+
+
+def agent_metadata(pool: GpuPool, cluster_unneeded_time: str) -> dict[str, str]:
+    """The agents' instance metadata next to their user data: the autoscaler's template and node access."""
+    template = node_template(pool, cluster_unneeded_time)
+    return {KUBE_ENV_KEY: kube_env(template, gce_arch(pool.machine.name)), **NODE_ACCESS_METADATA}
+
+
+def metadata_issues(spec: ClusterSpec, pools: Sequence[GpuPool]) -> Iterable[ConfigIssue]:
+    """A pool whose labels and taints would make its instance template's metadata too large to create: they
+    are in the user data (k3s flags) and in the autoscaler's template. Measured with the longest server URL
+    and secret name the program can produce."""
+    unneeded_time = cluster_scale_down_unneeded_time(pools)
+    for index, pool in enumerate(pools):
+        metadata = {
+            "user-data": agent_user_data(spec, pool, LONGEST_SERVER_URL, LONGEST_SECRET_NAME),
+            **agent_metadata(pool, unneeded_time),
+        }
+        size = sum(len(key.encode()) + len(value.encode()) for key, value in metadata.items())
+        if size >= MAX_METADATA_BYTES:
+            yield ConfigIssue(
+                config_path("gpuPools", index, "labels"),
+                None,
+                f"with the pool's taints they make its VMs' metadata {size:,} bytes; Compute Engine takes "
+                f"less than {MAX_METADATA_BYTES:,}",
+                "drop or shorten labels",
             )
 
 
@@ -552,18 +602,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
         spec, machine = args.spec, pool.machine
         assert machine.accelerator is not None, "GPU types in the GCP catalog name their accelerator"
         user_data = pulumi.Output.all(server_url, secret.id).apply(
-            lambda parts: agent_cloud_config(
-                AgentNode(
-                    k3s_version=spec.k3s.version,
-                    server_url=parts[0],
-                    secret_name=parts[1],
-                    labels=pool.node_labels,
-                    taints=agent_taints(pool),
-                    kubelet_config=SPOT_GRACEFUL_SHUTDOWN if pool.spec.spot else {},
-                    external_cloud_provider=True,
-                ),
-                gce_node_bootstrap(),
-            )
+            lambda parts: agent_user_data(spec, pool, parts[0], parts[1])
         )
         template = gcp.compute.InstanceTemplate(
             f"{name}-template",
@@ -606,8 +645,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
             ),
             metadata={
                 "user-data": user_data,
-                KUBE_ENV_KEY: kube_env(node_template(pool, cluster_unneeded_time), gce_arch(machine.name)),
-                **NODE_ACCESS_METADATA,
+                **agent_metadata(pool, cluster_unneeded_time),
             },
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(boot_after)),
         )
@@ -724,6 +762,7 @@ def build(spec: ClusterSpec) -> GpuCluster:
         platform_issues(spec, traits, catalog),
     )
     pools = resolve_pools(spec, catalog, traits)
+    raise_if_any(metadata_issues(spec, pools))
     provider = gcp.Provider(
         f"{spec.name}-gcp", project=project, region=region, default_labels={"gpu-k8s-cluster": spec.name}
     )
