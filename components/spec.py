@@ -66,8 +66,8 @@ DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 # EC2 capacity reservation IDs: "cr-" and 17 hexadecimal digits (cr-02168da1478b509e0 in the EKS user guide,
 # "Create a managed node group with Capacity Blocks for ML").
 CAPACITY_RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
-# EC2 resource IDs: the prefix and 8 or (since 2018) 17 hexadecimal digits.
 WHOLE_INTERNET = ipaddress.IPv4Network("0.0.0.0/0")
+# EC2 resource IDs: the prefix and 8 or (since 2018) 17 hexadecimal digits.
 AWS_VPC_ID = re.compile(r"vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})")
 AWS_SUBNET_ID = re.compile(r"subnet-(?:[0-9a-f]{8}|[0-9a-f]{17})")
 
