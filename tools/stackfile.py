@@ -53,12 +53,6 @@ def _where(path: tuple[str | int, ...]) -> str:
     return text or "the file"
 
 
-def _shown(text: str, limit: int = 40) -> str:
-    """A scalar as the user wrote it, shortened, with invisible characters made visible."""
-    shown = text.encode("unicode_escape").decode("ascii")
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
-
-
 class _Refusal(Exception):
     def __init__(
         self, path: tuple[str | int, ...], node: yaml.Node | None, value: Any, problem: str, fix: str
@@ -120,7 +114,7 @@ class _Reader:
                 raise _Refusal(
                     (*path, key),
                     key_node,
-                    _shown(key),
+                    key,
                     "is set twice in the same mapping (the Pulumi CLI refuses the file)",
                     "keep one of the two",
                 )
@@ -147,7 +141,7 @@ class _Reader:
         raise _Refusal(
             path,
             node,
-            _shown(text),
+            text,
             f"YAML readers disagree on this plain value (PyYAML reads {kind}, others text)",
             "write true/false or a plain decimal number, or quote it to mean the text",
         )

@@ -89,7 +89,7 @@ def region_issue(region: str | None) -> ConfigIssue | None:
             "is not set",
             "pulumi config set aws:region us-east-1 (or set it in the stack file)",
         )
-    if region in KNOWN_REGIONS or any(pattern.fullmatch(region) for pattern in REGION_PATTERNS):
+    if any(pattern.fullmatch(region) for pattern in REGION_PATTERNS):
         return None
     if _GCP_REGION.fullmatch(region):
         problem = "is a GCP region name; AWS regions read like us-east-1"
