@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt tools/helm-requirements.txt
 
 ## plan: the offline plan of STACK (default aws-eks): what `pulumi up` would create
 plan: $(VENV)/.installed
-	$(VENV)/bin/python -m tools.plan $(STACK)
+	$(VENV)/bin/gpu-k8s plan $(STACK)
 
 ## test: unit, graph and contract tests
 test: $(VENV)/.installed
@@ -25,12 +25,12 @@ lock:
 	.venv-lock/bin/pip install --quiet -e ".[dev]"
 	{ echo '# Exact versions CI and the quickstart install (pip install -c constraints.txt -e ".[dev]").'; \
 	  echo '# Regenerate after changing pyproject.toml: make lock'; \
-	  .venv-lock/bin/pip freeze --exclude-editable; } > constraints.txt
+	  .venv-lock/bin/pip freeze --all --exclude-editable | grep -v '^pip=='; } > constraints.txt
 	rm -rf .venv-lock
 
 ## snapshots: accept plan changes by regenerating stacks/plans/<stack>.json for every stack that builds
 snapshots: $(VENV)/.installed
 	for stack_file in stacks/Pulumi.*.yaml; do \
 	  stack=$$(basename "$$stack_file" .yaml); stack=$${stack#Pulumi.}; \
-	  $(VENV)/bin/python -m tools.plan "$$stack" --json > "stacks/plans/$$stack.json" || exit 1; \
+	  $(VENV)/bin/gpu-k8s plan "$$stack" --json > "stacks/plans/$$stack.json" || exit 1; \
 	done

@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-
-from components.cluster import POOL_LABEL, GpuCluster, GpuPool
-from components.gpu_operator import GpuOperator, GpuOperatorArgs
-from components.helm import helm_release
-from components.spec import DURATION, ClusterSpec, TaintSpec
+from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool
+from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
+from gpu_k8s.components.helm import helm_release
+from gpu_k8s.components.spec import DURATION, ClusterSpec, TaintSpec
 
 AUTOSCALER_HELM_REPO = "https://kubernetes.github.io/autoscaler"
 AUTOSCALER_NAMESPACE = "kube-system"

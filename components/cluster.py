@@ -13,11 +13,10 @@ from typing import Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
-
-from components.catalog import Catalog, GpuModel, MachineType
-from components.compat import DriverFacts, PoolDriverCheck, driver_issues
-from components.configbase import ConfigIssue, config_path
-from components.sharing import (
+from gpu_k8s.components.catalog import Catalog, GpuModel, MachineType
+from gpu_k8s.components.compat import DriverFacts, PoolDriverCheck, driver_issues
+from gpu_k8s.components.configbase import ConfigIssue, config_path
+from gpu_k8s.components.sharing import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     MIG_CONFIG_LABEL,
     NodeOffer,
@@ -26,7 +25,7 @@ from components.sharing import (
     node_offer,
     resolve_sharing,
 )
-from components.spec import ClusterSpec, GpuPoolSpec, TaintSpec, mig_pools, pool_machine
+from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, TaintSpec, mig_pools, pool_machine
 
 # Every GPU node carries a taint on this key so only pods that ask for GPUs (and tolerate it) land there.
 GPU_TAINT_KEY = "nvidia.com/gpu"

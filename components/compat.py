@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from functools import total_ordering
 from typing import TYPE_CHECKING, Literal
 
-from components.catalog import GpuModel
-from components.configbase import ConfigIssue, config_path
+from gpu_k8s.components.catalog import GpuModel
+from gpu_k8s.components.configbase import ConfigIssue, config_path
 
 if TYPE_CHECKING:
-    from components.spec import ClusterSpec
+    from gpu_k8s.components.spec import ClusterSpec
 
 DriverOwner = Literal["node-image", "cloud-installer", "gpu-operator"]
 

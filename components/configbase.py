@@ -15,7 +15,9 @@ import pulumi
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-CONFIG_KEY = "gpu-k8s:cluster"
+# The namespace is the library's, not the project's: a user's own project (any name) reads the same key.
+CONFIG_NAMESPACE = "gpu-k8s"
+CONFIG_KEY = f"{CONFIG_NAMESPACE}:cluster"
 
 
 class StrictModel(BaseModel):
@@ -117,7 +119,7 @@ def _text_issues(path: str, text: str, which: str) -> Iterator[ConfigIssue]:
 def stack_cluster_config() -> Any:
     """The stack's `gpu-k8s:cluster` value as the Pulumi CLI hands it over (structured config is JSON)."""
     try:
-        return pulumi.Config().get_object(CONFIG_KEY.split(":", 1)[1])
+        return pulumi.Config(CONFIG_NAMESPACE).get_object("cluster")
     except pulumi.ConfigTypeError as exc:
         raise ConfigError(
             [

@@ -9,10 +9,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
-
-from components.cluster import GpuCluster, GpuPool, PlatformTraits
-from components.helm import helm_release
-from components.sharing import (
+from gpu_k8s.components.cluster import GpuCluster, GpuPool, PlatformTraits
+from gpu_k8s.components.helm import helm_release
+from gpu_k8s.components.sharing import (
     DEFAULT_DEVICE_PLUGIN_CONFIG,
     MIG_DISABLED_LAYOUT,
     Sharing,

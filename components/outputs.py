@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.cluster import GpuCluster
+from gpu_k8s.components.cluster import GpuCluster
 
 
 def pool_summary(cluster: GpuCluster) -> list[dict[str, Any]]:

@@ -17,16 +17,14 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError
-
-from components.catalog import N1_MACHINE, Catalog, Cloud, MachineType, load_catalog
-from components.compat import (
+from gpu_k8s.components.catalog import N1_MACHINE, Catalog, Cloud, MachineType, load_catalog
+from gpu_k8s.components.compat import (
     CLUSTER_AUTOSCALER_CHART_VERSION,
     GPU_OPERATOR_CHART_VERSION,
     addon_issues,
     cuda_version_issue,
 )
-from components.configbase import (
+from gpu_k8s.components.configbase import (
     CONFIG_KEY,
     ConfigError,
     ConfigIssue,
@@ -35,7 +33,7 @@ from components.configbase import (
     raise_if_any,
     raw_value_issues,
 )
-from components.sharing import (
+from gpu_k8s.components.sharing import (
     DEFAULT_DEVICE_PLUGIN_CONFIG,
     PoolMig,
     SharingSpec,
@@ -43,6 +41,7 @@ from components.sharing import (
     mig_layout,
     sharing_issues,
 )
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
 # Kubernetes minors the pinned GPU Operator (v26.7.0) supports: NVIDIA platform-support.rst, 1.33-1.36.
 SUPPORTED_KUBERNETES_MINORS = ("1.33", "1.34", "1.35", "1.36")

@@ -8,16 +8,16 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from components.cluster import GpuCluster
-from components.configbase import ConfigError, ConfigIssue, config_path
-from components.spec import ClusterSpec
+from gpu_k8s.components.cluster import GpuCluster
+from gpu_k8s.components.configbase import ConfigError, ConfigIssue, config_path
+from gpu_k8s.components.spec import ClusterSpec
 
 # (cloud, kind) -> "module:function" that builds the whole stack and returns its GpuCluster.
 REGISTRY: dict[tuple[str, str], str] = {
-    ("aws", "eks"): "providers.aws.eks:build",
-    ("aws", "k3s"): "providers.aws.k3s:build",
-    ("gcp", "gke"): "providers.gcp.gke:build",
-    ("gcp", "k3s"): "providers.gcp.k3s:build",
+    ("aws", "eks"): "gpu_k8s.providers.aws.eks:build",
+    ("aws", "k3s"): "gpu_k8s.providers.aws.k3s:build",
+    ("gcp", "gke"): "gpu_k8s.providers.gcp.gke:build",
+    ("gcp", "k3s"): "gpu_k8s.providers.gcp.k3s:build",
 }
 
 

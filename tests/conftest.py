@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 import yaml
+from gpu_k8s.components.configbase import ConfigError, ConfigIssue
+from gpu_k8s.tools.engine import Recording, run_program, stack_config
+from gpu_k8s.tools.upstream import UpstreamMissing, locate
 
-from components.configbase import ConfigError, ConfigIssue
-from tools.engine import PROJECT_ROOT, Recording, run_program, stack_config
-from tools.upstream import UpstreamMissing, locate
+from tests.paths import REPO_ROOT
 
-STACKS = PROJECT_ROOT / "stacks"
+STACKS = REPO_ROOT / "stacks"
 
 
 @pytest.fixture(scope="session")
@@ -231,7 +232,7 @@ def refusal_rules() -> dict[tuple[str, int, int], str]:
     in components/ and providers/, with the rule's text for the report."""
     rules = {}
     for package in ("components", "providers"):
-        for source in sorted((PROJECT_ROOT / package).rglob("*.py")):
+        for source in sorted((REPO_ROOT / package).rglob("*.py")):
             for node in ast.walk(ast.parse(source.read_text())):
                 if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ConfigIssue":
                     rules[str(source), node.lineno, node.end_lineno or node.lineno] = ast.unparse(node)[:160]
@@ -240,7 +241,7 @@ def refusal_rules() -> dict[tuple[str, int, int], str]:
 
 def unreached_refusal_rules(reached: set[tuple[str, int]]) -> list[str]:
     return [
-        f"{Path(path).relative_to(PROJECT_ROOT)}:{first}: {text}"
+        f"{Path(path).relative_to(REPO_ROOT)}:{first}: {text}"
         for (path, first, last), text in refusal_rules().items()
         if not any(file == path and first <= line <= last for file, line in reached)
     ]
@@ -263,7 +264,7 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The refusal-coverage test runs last, and only judges when the whole suite was collected."""
     collected = {Path(str(item.path)).name for item in items}
-    every_module = {p.name for p in (PROJECT_ROOT / "tests").glob("test_*.py")}
+    every_module = {p.name for p in (REPO_ROOT / "tests").glob("test_*.py")}
     config.stash[FULL_RUN] = (
         config.stash.get(FULL_RUN, True)
         and collected == every_module

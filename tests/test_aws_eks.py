@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from gpu_k8s.components.catalog import load_catalog
+from gpu_k8s.providers.aws.autoscaling import TEMPLATE_PREFIX
+from gpu_k8s.tools.engine import Recording, Registration, Secret
 
-from components.catalog import load_catalog
-from providers.aws.autoscaling import TEMPLATE_PREFIX
 from tests.conftest import some
-from tools.engine import Recording, Registration, Secret
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 # name: (instance type, spot, maxNodes, disk GiB) as the example stack file says.
@@ -334,7 +334,7 @@ def test_stack_outputs_summarise_pools(aws_eks):
 
 
 def test_existing_vpc_creates_no_network_resources(aws_eks_config):
-    from tools.engine import run_program
+    from gpu_k8s.tools.engine import run_program
 
     config = json.loads(json.dumps(aws_eks_config))
     config["gpu-k8s:cluster"]["network"] = {
@@ -351,7 +351,7 @@ def test_existing_vpc_creates_no_network_resources(aws_eks_config):
 
 
 def test_user_labels_and_taints_reach_nodes_templates_and_operator_tolerations(aws_eks_config):
-    from tools.engine import run_program
+    from gpu_k8s.tools.engine import run_program
 
     config = json.loads(json.dumps(aws_eks_config))
     config["gpu-k8s:cluster"]["gpuPools"][0]["labels"] = {"team.example.com/owner": "vision"}
@@ -370,7 +370,7 @@ def test_user_labels_and_taints_reach_nodes_templates_and_operator_tolerations(a
 
 
 def test_arm64_gpu_pool_gets_the_arm_nvidia_ami(aws_eks_config):
-    from tools.engine import run_program
+    from gpu_k8s.tools.engine import run_program
 
     config = json.loads(json.dumps(aws_eks_config))
     config["gpu-k8s:cluster"]["gpuPools"] = [{"name": "t4g", "instanceType": "g5g.xlarge", "maxNodes": 2}]
@@ -380,7 +380,7 @@ def test_arm64_gpu_pool_gets_the_arm_nvidia_ami(aws_eks_config):
 
 @pytest.mark.parametrize(("single", "expected"), [(False, 3), (True, 1)])
 def test_nat_gateways_per_zone_or_shared(aws_eks_config, single, expected):
-    from tools.engine import run_program
+    from gpu_k8s.tools.engine import run_program
 
     config = json.loads(json.dumps(aws_eks_config))
     config["gpu-k8s:cluster"]["network"]["singleNatGateway"] = single
@@ -417,7 +417,7 @@ def test_cluster_stays_on_standard_support_and_is_protected_from_deletion(aws_ek
     assert cluster["deletionProtection"] is True
     config = json.loads(json.dumps(aws_eks_config))
     config["gpu-k8s:cluster"]["eks"] = {"deletionProtection": False}
-    from tools.engine import run_program
+    from gpu_k8s.tools.engine import run_program
 
     assert run_program("unprotected", config).by_name("ml-eks").inputs["deletionProtection"] is False
 
@@ -439,7 +439,7 @@ def test_new_vpc_sends_s3_traffic_through_a_gateway_endpoint(aws_eks):
 
 def test_admins_from_config_replace_the_deployer_and_keep_their_names(aws_eks_config):
     """A fixed admin list does not change with whoever runs `pulumi up` (CI and people taking turns)."""
-    from tools.engine import run_program
+    from gpu_k8s.tools.engine import run_program
 
     config = json.loads(json.dumps(aws_eks_config))
     admins = ["arn:aws:iam::123456789012:role/platform/GpuAdmins", "arn:aws:iam::123456789012:user/alice"]
@@ -471,7 +471,7 @@ class _ScarceGpus:
     """Mocks in which p5.48xlarge is offered in one zone ID only, and g6e.xlarge nowhere when asked."""
 
     def __init__(self, nowhere: set[str] = frozenset()):  # type: ignore[assignment]
-        from tools.engine import RealisticMocks
+        from gpu_k8s.tools.engine import RealisticMocks
 
         self.inner = RealisticMocks()
         self.nowhere = nowhere
@@ -496,7 +496,7 @@ class _ScarceGpus:
 
 
 def test_a_gpu_pool_gets_groups_only_in_zones_that_offer_its_type(aws_eks_config):
-    from tools.engine import run_program
+    from gpu_k8s.tools.engine import run_program
 
     rec = run_program("scarce", aws_eks_config, mocks=_ScarceGpus())
     h100 = zone_node_groups(rec)["h100"]
@@ -508,8 +508,8 @@ def test_a_gpu_pool_gets_groups_only_in_zones_that_offer_its_type(aws_eks_config
 
 
 def test_a_gpu_type_no_zone_offers_is_refused_naming_the_pool(aws_eks_config):
-    from components.configbase import ConfigError
-    from tools.engine import run_program
+    from gpu_k8s.components.configbase import ConfigError
+    from gpu_k8s.tools.engine import run_program
 
     with pytest.raises(ConfigError) as caught:
         run_program("nowhere", aws_eks_config, mocks=_ScarceGpus(nowhere={"g6e.xlarge"}))
@@ -519,8 +519,8 @@ def test_a_gpu_type_no_zone_offers_is_refused_naming_the_pool(aws_eks_config):
 
 
 def test_a_region_with_fewer_zones_than_asked_is_refused(aws_eks_config):
-    from components.configbase import ConfigError
-    from tools.engine import run_program
+    from gpu_k8s.components.configbase import ConfigError
+    from gpu_k8s.tools.engine import run_program
 
     with pytest.raises(ConfigError) as caught:
         run_program("two-zones", aws_eks_config, mocks=_ScarceGpus(nowhere={"two-zones"}))
@@ -546,7 +546,7 @@ def test_what_groups_launch_carries_the_clusters_tag(aws_eks, aws_k3s):
 
 def test_node_groups_run_the_recommended_ami_release_of_their_minor(aws_eks):
     """A new AMI release (same minor) rolls the groups, so nodes are patched without a version bump."""
-    from providers.aws.nodes import release_version_parameter
+    from gpu_k8s.providers.aws.nodes import release_version_parameter
 
     assert release_version_parameter("1.35", "AL2023_x86_64_NVIDIA") == (
         "/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia/recommended/release_version"

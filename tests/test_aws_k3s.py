@@ -18,10 +18,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from gpu_k8s.components.k3s import cloudinit
+from gpu_k8s.providers.aws import k3s as aws_k3s_module
+from gpu_k8s.providers.aws.files import fetch_secret
+from gpu_k8s.tools.engine import Recording, Registration, Secret, run_program
 
-from components.k3s import cloudinit
-from providers.aws import k3s as aws_k3s_module
-from providers.aws.files import fetch_secret
 from tests.conftest import (
     assert_refused_before_any_resource,
     node_drop_in,
@@ -31,7 +32,6 @@ from tests.conftest import (
     user_data_files,
 )
 from tests.test_contracts import operator_chart_values, serious_findings, unknown_values
-from tools.engine import Recording, Registration, Secret, run_program
 
 ASG = "aws:autoscaling/group:Group"
 INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
@@ -325,7 +325,7 @@ def test_each_pool_has_one_group_per_zone_with_its_limits_split_over_them(aws_k3
     ],
 )
 def test_zone_limits_add_up_to_the_pools(min_nodes, max_nodes, zones, expected):
-    from providers.aws.k3s import zone_limits
+    from gpu_k8s.providers.aws.k3s import zone_limits
 
     limits = zone_limits(min_nodes, max_nodes, range(zones))
     assert [(z.min_nodes, z.max_nodes) for z in limits] == expected

@@ -11,10 +11,10 @@ import copy
 from typing import Any
 
 import pytest
+from gpu_k8s.components.configbase import ConfigError
+from gpu_k8s.tools.engine import Recording, run_program
 
-from components.configbase import ConfigError
 from tests.conftest import assert_refused_before_any_resource, set_path
-from tools.engine import Recording, run_program
 
 BLOCK_ID = "cr-02168da1478b509e0"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -24,7 +24,7 @@ class _Blocks:
     """The realistic mocks, with EC2's answer about the Capacity Block replaced field by field."""
 
     def __init__(self, **block: Any):
-        from tools.engine import RealisticMocks
+        from gpu_k8s.tools.engine import RealisticMocks
 
         self.inner = RealisticMocks()
         self.block = block

@@ -7,8 +7,7 @@ import fnmatch
 import botocore.session
 import pytest
 import yaml
-
-from components.catalog import CATALOG_FILE, load_catalog
+from gpu_k8s.components.catalog import CATALOG_FILE, load_catalog
 
 SOURCES_FILE = CATALOG_FILE.parent / "gpu-catalog-sources.md"
 

@@ -23,10 +23,9 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-
-from tools import helm as helm_tool
-from tools.charts import ChartRenderer, ReleaseRef, release_ref, source_problem
-from tools.engine import Recording
+from gpu_k8s.tools import helm as helm_tool
+from gpu_k8s.tools.charts import ChartRenderer, ReleaseRef, release_ref, source_problem
+from gpu_k8s.tools.engine import Recording
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 # The plans the tests make, with the stack config each was made from.

@@ -15,10 +15,9 @@ import kubernetes_validate
 import parliament
 import pytest
 import yaml
-
-from components.autoscaler import COMMON_FLAGS
-from components.catalog import load_catalog
-from components.sharing import (
+from gpu_k8s.components.autoscaler import COMMON_FLAGS
+from gpu_k8s.components.catalog import load_catalog
+from gpu_k8s.components.sharing import (
     BALANCED_LAYOUTS,
     MIG_PROFILE,
     NOT_IN_OPERATOR_CONFIG,
@@ -27,15 +26,16 @@ from components.sharing import (
     builtin_layouts,
     mig_layout,
 )
-from components.spec import (
+from gpu_k8s.components.spec import (
     CLUSTER_AUTOSCALER_CHART_VERSION,
     GPU_OPERATOR_CHART_VERSION,
     SUPPORTED_KUBERNETES_MINORS,
 )
-from providers.aws.addons import default_storage_class_manifest
+from gpu_k8s.providers.aws.addons import default_storage_class_manifest
+
 from tests.conftest import some, upstream, upstream_yaml, venv_tool
+from tests.paths import REPO_ROOT
 from tests.test_charts import crd_schemas
-from tools.engine import PROJECT_ROOT
 
 # Maps whose keys are free-form in the chart (empty or example-only defaults).
 OPEN_MAPS = {("extraArgs",), ("nodeSelector",), ("controller", "nodeSelector"), ("daemonsetNodeSelector",)}
@@ -342,13 +342,13 @@ def test_managed_policy_arns_are_well_formed(aws_eks):
 
 def test_ci_script_passes_shellcheck():
     result = subprocess.run(
-        [venv_tool("shellcheck"), str(PROJECT_ROOT / ".ci" / "run")], capture_output=True, text=True
+        [venv_tool("shellcheck"), str(REPO_ROOT / ".ci" / "run")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout
 
 
 def test_preview_workflow_passes_actionlint():
-    workflow = PROJECT_ROOT / ".github" / "workflows" / "preview.yml"
+    workflow = REPO_ROOT / ".github" / "workflows" / "preview.yml"
     # actionlint runs shellcheck on `run:` steps when it finds it on PATH.
     env = {
         **os.environ,
@@ -361,7 +361,7 @@ def test_preview_workflow_passes_actionlint():
 def test_project_file_uses_only_schema_fields():
     """Pulumi's project schema (sdk/go/common/workspace/project.json): config declarations take only these
     keys, and `type` is one of string/integer/boolean/array."""
-    project = yaml.safe_load((PROJECT_ROOT / "Pulumi.yaml").read_text())
+    project = yaml.safe_load((REPO_ROOT / "Pulumi.yaml").read_text())
     assert project["name"] == "gpu-k8s" and project["stackConfigDir"] == "stacks"
     # Project option (ProjectOptions.refresh: "always" runs a refresh as part of every update, preview and
     # destroy): sizes the autoscaler changed are read back before an update sends them.
@@ -376,13 +376,13 @@ def test_project_file_uses_only_schema_fields():
         "tls",
         "random",
     ]
-    assert Path(PROJECT_ROOT / "stacks" / "README.md").is_file()
+    assert Path(REPO_ROOT / "stacks" / "README.md").is_file()
 
 
 def test_every_package_but_the_dynamic_host_must_name_its_provider(aws_eks, gcp_gke, aws_k3s, gcp_k3s):
     """The deny list names every package the program registers resources of; only the Python language host's
     dynamic provider (the readiness gate), which has no explicit form, runs as a default provider."""
-    project = yaml.safe_load((PROJECT_ROOT / "Pulumi.yaml").read_text())
+    project = yaml.safe_load((REPO_ROOT / "Pulumi.yaml").read_text())
     denied = set(project["config"]["pulumi:disable-default-providers"]["value"])
     used = {
         r.type.split(":", 1)[0]
@@ -731,7 +731,7 @@ def gke_variant_with_every_option(gcp_gke_config: dict[str, Any]) -> Any:
     """The example with the DNS endpoint, a maintenance exclusion, KMS, Filestore and an MPS pool."""
     import copy
 
-    from tools.engine import run_program
+    from gpu_k8s.tools.engine import run_program
 
     config = copy.deepcopy(gcp_gke_config)
     cluster = config["gpu-k8s:cluster"]
@@ -776,8 +776,8 @@ def test_gke_api_check_catches_unknown_fields_and_values(gke_schemas):
 
 def test_gke_enums_we_offer_in_the_config_are_the_apis(gke_schemas):
     """The config's own choices map onto the API's enums (all of them, not only the example's)."""
-    from components.spec import TAINT_EFFECT_API_NAMES, GkeSpec
-    from providers.gcp.gke import DRIVER_CHANNEL
+    from gpu_k8s.components.spec import TAINT_EFFECT_API_NAMES, GkeSpec
+    from gpu_k8s.providers.gcp.gke import DRIVER_CHANNEL
 
     channels = GkeSpec.model_fields["release_channel"].annotation.__args__  # type: ignore[union-attr]
     assert set(channels) <= set(gke_schemas["ReleaseChannel"]["properties"]["channel"]["enum"])
@@ -791,7 +791,7 @@ def test_gke_enums_we_offer_in_the_config_are_the_apis(gke_schemas):
 def test_gke_shares_gpus_with_its_own_api_fields(gcp_gke, gke_schemas):
     """GKE shares GPUs itself (time-sharing, MPS, MIG partitions), so its autoscaler knows a new node's
     slots; the strategies the config maps to are the API's."""
-    from providers.gcp.gke import GKE_SHARING_STRATEGY
+    from gpu_k8s.providers.gcp.gke import GKE_SHARING_STRATEGY
 
     sharing_enum = gke_schemas["GPUSharingConfig"]["properties"]["gpuSharingStrategy"]["enum"]
     assert set(GKE_SHARING_STRATEGY.values()) <= set(sharing_enum)

@@ -1,5 +1,5 @@
-"""Property: whatever a stack file says, `tools.plan` answers with a plan (exit 0) or with problems that each
-name a key and a fix (exit 2) - never a traceback, never a hang.
+"""Property: whatever a stack file says, `gpu-k8s plan` answers with a plan (exit 0) or with problems that
+each name a key and a fix (exit 2) - never a traceback, never a hang.
 
 Each case mutates one of the example stacks the way the fuzzer of the input-edge issue did: keys deleted,
 values replaced by odd ones (wrong types, huge numbers, control characters, Unicode digits, empty
@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 import yaml
+from gpu_k8s.tools.plan import main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tools.engine import PROJECT_ROOT
-from tools.plan import main
+from tests.paths import REPO_ROOT
 
-STACKS = sorted((PROJECT_ROOT / "stacks").glob("Pulumi.*.yaml"))
+STACKS = sorted((REPO_ROOT / "stacks").glob("Pulumi.*.yaml"))
 ODD_VALUES = [
     None,
     "",

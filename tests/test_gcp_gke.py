@@ -7,13 +7,13 @@ import json
 from typing import Any
 
 import pytest
+from gpu_k8s.components.catalog import load_catalog
+from gpu_k8s.components.configbase import ConfigError
+from gpu_k8s.components.spec import load_spec, pool_machine
+from gpu_k8s.providers.gcp.gke import system_node_layout
+from gpu_k8s.tools.engine import Recording, Registration, Secret, run_program
 
-from components.catalog import load_catalog
-from components.configbase import ConfigError
-from components.spec import load_spec, pool_machine
-from providers.gcp.gke import system_node_layout
 from tests.conftest import Mutation, assert_refused_before_any_resource, delete_key, set_path
-from tools.engine import Recording, Registration, Secret, run_program
 
 NODE_POOL = "gcp:container/nodePool:NodePool"
 ZONES = ["us-central1-a", "us-central1-b", "us-central1-c"]

@@ -13,13 +13,14 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from gpu_k8s.components.catalog import load_catalog
+from gpu_k8s.components.k3s import cloudinit
+from gpu_k8s.components.spec import SUPPORTED_KUBERNETES_MINORS
+from gpu_k8s.providers.gcp import cloud_controller, pd_csi
+from gpu_k8s.providers.gcp.autoscaling import AUTOSCALER_READ_PERMISSIONS, AUTOSCALER_RESIZE_PERMISSIONS
+from gpu_k8s.providers.gcp.files import fetch_secret
+from gpu_k8s.tools.engine import Recording, Registration, Secret, run_program
 
-from components.catalog import load_catalog
-from components.k3s import cloudinit
-from components.spec import SUPPORTED_KUBERNETES_MINORS
-from providers.gcp import cloud_controller, pd_csi
-from providers.gcp.autoscaling import AUTOSCALER_READ_PERMISSIONS, AUTOSCALER_RESIZE_PERMISSIONS
-from providers.gcp.files import fetch_secret
 from tests.conftest import (
     assert_refused_before_any_resource,
     delete_key,
@@ -31,7 +32,6 @@ from tests.conftest import (
     user_data_files,
 )
 from tests.test_contracts import AUTOSCALER_FLAGS, unknown_values
-from tools.engine import Recording, Registration, Secret, run_program
 
 FIREWALL = "gcp:compute/firewall:Firewall"
 INSTANCE = "gcp:compute/instance:Instance"

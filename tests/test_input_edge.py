@@ -11,14 +11,15 @@ from typing import Any
 
 import pytest
 from botocore.loaders import Loader
+from gpu_k8s.components.configbase import MAX_API_INTEGER, ConfigError
+from gpu_k8s.components.spec import K3S_RELEASES, load_spec
+from gpu_k8s.providers.aws.location import KNOWN_REGIONS, REGION_PATTERNS, region_issue
+from gpu_k8s.providers.gcp.location import location_issues
+from gpu_k8s.tools.engine import stack_config
+from gpu_k8s.tools.plan import main
 
-from components.configbase import MAX_API_INTEGER, ConfigError
-from components.spec import K3S_RELEASES, load_spec
-from providers.aws.location import KNOWN_REGIONS, REGION_PATTERNS, region_issue
-from providers.gcp.location import location_issues
 from tests.conftest import minimal_cluster, set_path
-from tools.engine import PROJECT_ROOT, stack_config
-from tools.plan import main
+from tests.paths import REPO_ROOT
 
 PYDANTIC_WORDING = re.compile(r"Input should|Tuple should|valid string|greater than or equal|Value error")
 
@@ -132,7 +133,7 @@ def test_an_item_that_fails_does_not_also_report_its_list_as_too_short():
 
 
 def k3s_cluster(kubernetes_version: str, **k3s: str) -> dict[str, Any]:
-    cluster = copy.deepcopy(stack_config(PROJECT_ROOT / "stacks" / "Pulumi.aws-k3s.yaml")["gpu-k8s:cluster"])
+    cluster = copy.deepcopy(stack_config(REPO_ROOT / "stacks" / "Pulumi.aws-k3s.yaml")["gpu-k8s:cluster"])
     cluster["kubernetesVersion"] = kubernetes_version
     cluster["k3s"] = k3s
     return cluster

@@ -10,10 +10,10 @@ import copy
 from typing import Any
 
 import pytest
+from gpu_k8s.components.configbase import ConfigError
+from gpu_k8s.tools.engine import Recording, run_program
 
-from components.configbase import ConfigError
 from tests.conftest import assert_refused_before_any_resource, set_path, some
-from tools.engine import Recording, run_program
 
 L40S_TYPES = ["g6e.xlarge", "g6e.2xlarge", "g6e.4xlarge"]
 L4_TYPES = ["g6.xlarge", "g6.2xlarge"]
@@ -177,7 +177,7 @@ class _OfferedApart:
     """Mocks in which g6e.xlarge is offered in use1-az2 only and g6e.2xlarge in use1-az4 only."""
 
     def __init__(self):
-        from tools.engine import RealisticMocks
+        from gpu_k8s.tools.engine import RealisticMocks
 
         self.inner = RealisticMocks()
 

@@ -14,15 +14,15 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from gpu_k8s.components.k3s import cloudinit, pki
+from gpu_k8s.components.k3s.cloudinit import AgentNode, NodeBootstrap, ServerNode, SnapshotStore
+from gpu_k8s.components.k3s.files import write_secret_files
+from gpu_k8s.providers.aws.k3s_bootstrap import aws_node_bootstrap
+from gpu_k8s.providers.gcp.k3s import SPOT_GRACEFUL_SHUTDOWN
+from gpu_k8s.providers.gcp.k3s_bootstrap import gce_node_bootstrap
+from gpu_k8s.tools import fake_tls
 
-from components.k3s import cloudinit, pki
-from components.k3s.cloudinit import AgentNode, NodeBootstrap, ServerNode, SnapshotStore
-from components.k3s.files import write_secret_files
-from providers.aws.k3s_bootstrap import aws_node_bootstrap
-from providers.gcp.k3s import SPOT_GRACEFUL_SHUTDOWN
-from providers.gcp.k3s_bootstrap import gce_node_bootstrap
 from tests.conftest import node_drop_in, upstream, user_data_files, venv_tool
-from tools import fake_tls
 
 GOLDEN = Path(__file__).parent / "golden"
 CLOUD_INIT_SCHEMA = "cloud-init/26.2/schema-cloud-config-v1.json"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tools.engine import PROJECT_ROOT
+from tests.paths import REPO_ROOT
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", *args], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=600
+        [sys.executable, "-m", *args], capture_output=True, text=True, cwd=REPO_ROOT, timeout=600
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tools.engine import Recording
+from gpu_k8s.tools.engine import Recording
 
 AUTOSCALER_READS = {
     "autoscaling:DescribeAutoScalingGroups",

@@ -11,20 +11,21 @@ from pathlib import Path
 
 import pytest
 import yaml
+from gpu_k8s.tools.engine import run_program
+from gpu_k8s.tools.plan import plan_document, render_text
 
 from tests.conftest import minimal_cluster
-from tools.engine import PROJECT_ROOT, run_program
-from tools.plan import plan_document, render_text
+from tests.paths import REPO_ROOT
 
-PLANS = PROJECT_ROOT / "stacks" / "plans"
+PLANS = REPO_ROOT / "stacks" / "plans"
 
 
 def run_plan(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "tools.plan", *args],
+        [sys.executable, "-m", "gpu_k8s.tools.cli", "plan", *args],
         capture_output=True,
         text=True,
-        cwd=PROJECT_ROOT,
+        cwd=REPO_ROOT,
         timeout=300,
     )
 
@@ -52,7 +53,7 @@ def test_committed_plan_matches_the_program(request, stack):
 def test_every_built_stack_has_a_snapshot():
     stacks = {
         p.name.removeprefix("Pulumi.").removesuffix(".yaml")
-        for p in (PROJECT_ROOT / "stacks").glob("Pulumi.*.yaml")
+        for p in (REPO_ROOT / "stacks").glob("Pulumi.*.yaml")
     }
     assert stacks == {p.stem for p in PLANS.glob("*.json")}
 
@@ -105,7 +106,7 @@ def test_cli_prints_the_plan():
 
 
 def test_cli_bad_config_exits_2_with_message_on_stderr_only(tmp_path: Path):
-    stack = yaml.safe_load((PROJECT_ROOT / "stacks" / "Pulumi.aws-eks.yaml").read_text())
+    stack = yaml.safe_load((REPO_ROOT / "stacks" / "Pulumi.aws-eks.yaml").read_text())
     stack["config"]["gpu-k8s:cluster"]["gpuPools"][0]["maxNodes"] = 0
     bad = tmp_path / "Pulumi.bad.yaml"
     bad.write_text(yaml.safe_dump(stack))
@@ -133,11 +134,11 @@ def test_cli_unknown_stack_exits_2_and_lists_stacks():
 )
 def test_a_plan_never_imports_the_other_clouds_sdk(stack, other_cloud_sdk):
     probe = (
-        f"import sys, tools.plan as p; p.plan({stack!r}); "
+        f"import sys, gpu_k8s.tools.plan as p; p.plan({stack!r}); "
         f"print(sorted(m for m in sys.modules if m.startswith({other_cloud_sdk!r})))"
     )
     result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO_ROOT, timeout=300
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
@@ -198,7 +199,7 @@ def test_up_flag_plans_the_stack_as_a_real_run(tmp_path):
     refused = run_plan("aws-k3s", "--up", "--json")
     assert refused.returncode == 2 and refused.stdout == ""
     assert 'apiAccessCidrs[0]: "203.0.113.0/24" - is an RFC 5737 documentation range' in refused.stderr
-    stack = yaml.safe_load((PROJECT_ROOT / "stacks" / "Pulumi.aws-k3s.yaml").read_text())
+    stack = yaml.safe_load((REPO_ROOT / "stacks" / "Pulumi.aws-k3s.yaml").read_text())
     stack["config"]["gpu-k8s:cluster"]["apiAccessCidrs"] = ["198.18.7.0/24"]
     real = tmp_path / "Pulumi.aws-k3s.yaml"
     real.write_text(yaml.safe_dump(stack))
@@ -208,8 +209,7 @@ def test_up_flag_plans_the_stack_as_a_real_run(tmp_path):
 
 
 def test_values_known_only_after_creation_print_as_computed():
+    from gpu_k8s.tools.plan import UNKNOWN_MARK, redact
     from pulumi.output import Unknown
-
-    from tools.plan import UNKNOWN_MARK, redact
 
     assert redact({"a": Unknown(), "b": [Unknown(), 1.0]}) == {"a": UNKNOWN_MARK, "b": [UNKNOWN_MARK, 1]}

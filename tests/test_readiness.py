@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gpu_k8s.components.k3s.readiness import ApiNotReady, _ApiReadyProvider, wait_until_ready
+from gpu_k8s.components.kubeconfig import client_certificate_kubeconfig, cluster_identity
+from gpu_k8s.tools.engine import Recording, Secret
 
-from components.k3s.readiness import ApiNotReady, _ApiReadyProvider, wait_until_ready
-from components.kubeconfig import client_certificate_kubeconfig, cluster_identity
 from tests.certs import certificate, new_key, pem
-from tools.engine import Recording, Secret
 
 
 class FakeApiServer:
@@ -129,7 +129,7 @@ def test_a_certificate_the_cluster_does_not_trust_never_counts_as_ready(api: Fak
 
 def test_the_gate_waits_on_create_and_on_a_new_kubeconfig_only(monkeypatch):
     waited: list[str] = []
-    monkeypatch.setattr("components.k3s.readiness.wait_until_ready", waited.append)
+    monkeypatch.setattr("gpu_k8s.components.k3s.readiness.wait_until_ready", waited.append)
     provider = _ApiReadyProvider()
     created = provider.create({"kubeconfig": "a"})
     assert created.outs == {"kubeconfig": "a"} and waited == ["a"]

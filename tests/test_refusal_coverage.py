@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FULL_RUN, REFUSAL_SITES_REACHED, refusal_rules, unreached_refusal_rules
-from tools.engine import PROJECT_ROOT
+from tests.paths import REPO_ROOT
 
 
 def test_every_refusal_rule_is_reached_by_a_bad_input_case(request):
@@ -26,6 +26,6 @@ def test_the_coverage_check_sees_an_unreached_rule():
     (path, first, _), text = next(iter(rules.items()))
     reached_all_but_one = {(p, f) for (p, f, _) in rules if (p, f) != (path, first)}
     assert unreached_refusal_rules(reached_all_but_one) == [
-        f"{Path(path).relative_to(PROJECT_ROOT)}:{first}: {text}"
+        f"{Path(path).relative_to(REPO_ROOT)}:{first}: {text}"
     ]
     assert unreached_refusal_rules({(p, f) for (p, f, _) in rules}) == []

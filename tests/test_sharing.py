@@ -8,11 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given
-from hypothesis import strategies as st
-
-from components.catalog import load_catalog
-from components.compat import (
+from gpu_k8s.components.catalog import load_catalog
+from gpu_k8s.components.compat import (
     CUDA_RELEASE_MINIMUM_DRIVER,
     DriverFacts,
     DriverVersion,
@@ -20,12 +17,15 @@ from components.compat import (
     driver_issues,
     newest_cuda_fully_supported,
 )
-from components.configbase import ConfigError
-from components.sharing import MigGeometry, builtin_layouts
-from components.spec import load_spec
-from providers.aws.autoscaling import TEMPLATE_PREFIX
+from gpu_k8s.components.configbase import ConfigError
+from gpu_k8s.components.sharing import MigGeometry, builtin_layouts
+from gpu_k8s.components.spec import load_spec
+from gpu_k8s.providers.aws.autoscaling import TEMPLATE_PREFIX
+from gpu_k8s.tools.engine import Recording, run_program
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests.conftest import Mutation, assert_refused_before_any_resource, minimal_cluster, set_path, some
-from tools.engine import Recording, run_program
 
 # The example stack's pools by index: 0 l40s (g6e.xlarge, none), 1 a10g-shared (g5.xlarge, timeSlicing),
 # 2 l4-mps (g6.12xlarge, mps), 3 h100 (p5.48xlarge, mig 1g.10gb).

@@ -5,13 +5,13 @@ from __future__ import annotations
 import copy
 
 import pytest
+from gpu_k8s.components.configbase import ConfigError
+from gpu_k8s.components.spec import load_spec, pool_child_name
+from gpu_k8s.tools.engine import run_program
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from components.configbase import ConfigError
-from components.spec import load_spec, pool_child_name
 from tests.conftest import Mutation, assert_refused_before_any_resource, delete_key, minimal_cluster, set_path
-from tools.engine import run_program
 
 # A gcp/k3s cluster written with GKE's network keys.
 GCP_K3S_WITH_GKE_NETWORK = {

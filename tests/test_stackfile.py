@@ -6,11 +6,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from components.configbase import ConfigError
-from tools.engine import stack_config
-from tools.plan import StackNotFound, main, stack_file
-from tools.stackfile import MAX_DEPTH, MAX_VALUES, load_stack_file
+from gpu_k8s.components.configbase import ConfigError
+from gpu_k8s.tools.engine import stack_config
+from gpu_k8s.tools.plan import StackNotFound, main, stack_file
+from gpu_k8s.tools.stackfile import MAX_DEPTH, MAX_VALUES, load_stack_file
 
 # Nine levels of ten aliases each: 10^9 strings once expanded, from a file of a few hundred bytes.
 ALIAS_BOMB = (
@@ -166,7 +165,7 @@ def test_a_stack_name_that_is_no_file_lists_the_stacks():
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("dir", "a directory; name a stack"),
+        ("dir", r"a directory; name a Pulumi\.<stack>\.yaml file"),
         ("missing/Pulumi.x.yaml", "no such file"),
         ("Pulumi.x.txt", "not a stack file; stack files are named Pulumi.<stack>.yaml"),
     ],

@@ -6,24 +6,24 @@ import ipaddress
 import json
 
 import pytest
+from gpu_k8s.components.autoscaler import cluster_scale_down_unneeded_time, go_duration, node_template
+from gpu_k8s.components.catalog import load_catalog
+from gpu_k8s.components.cluster import PlatformTraits, resolve_pools
+from gpu_k8s.components.compat import DriverFacts, DriverVersion, operator_driver
+from gpu_k8s.components.configbase import ConfigError
+from gpu_k8s.components.gpu_operator import operator_values
+from gpu_k8s.components.spec import load_spec
+from gpu_k8s.providers.aws.autoscaling import scale_from_zero_tags
+from gpu_k8s.providers.aws.eks import EKS_TRAITS, render_kubeconfig
+from gpu_k8s.providers.aws.network import subnet_plan
+from gpu_k8s.providers.aws.nodes import system_ami_type, tag_resource_suffixes
+from gpu_k8s.tools.rent import rent_rows, rent_table
 from hypothesis import given
 from hypothesis import strategies as st
 
-import providers
-from components.autoscaler import cluster_scale_down_unneeded_time, go_duration, node_template
-from components.catalog import load_catalog
-from components.cluster import PlatformTraits, resolve_pools
-from components.compat import DriverFacts, DriverVersion, operator_driver
-from components.configbase import ConfigError
-from components.gpu_operator import operator_values
-from components.spec import load_spec
-from providers.aws.autoscaling import scale_from_zero_tags
-from providers.aws.eks import EKS_TRAITS, render_kubeconfig
-from providers.aws.network import subnet_plan
-from providers.aws.nodes import system_ami_type, tag_resource_suffixes
+from gpu_k8s import providers
 from tests.conftest import minimal_cluster
-from tools.engine import PROJECT_ROOT
-from tools.rent import rent_rows, rent_table
+from tests.paths import REPO_ROOT
 
 
 @given(prefix=st.integers(16, 20), zones=st.integers(2, 6), base=st.integers(0, 255))
@@ -152,9 +152,9 @@ def test_kubeconfig_structure():
 
 
 def test_readme_rent_table_is_what_the_code_computes():
-    readme = (PROJECT_ROOT / "README.md").read_text()
+    readme = (REPO_ROOT / "README.md").read_text()
     section = readme.split("<!-- rent-table:start -->\n")[1].split("<!-- rent-table:end -->")[0]
-    assert section == rent_table(), "README is stale: paste the output of `python -m tools.rent`"
+    assert section == rent_table(), "README is stale: paste the output of `gpu-k8s rent`"
 
 
 def test_rent_table_rows_follow_the_hardware():
@@ -179,7 +179,7 @@ def test_the_operator_installs_the_charts_driver_unless_one_is_configured(cluste
 
 def test_a_platform_missing_from_the_registry_is_named_with_the_built_ones(monkeypatch):
     spec = load_spec(minimal_cluster(kind="k3s", kubernetesVersion="1.36"))
-    monkeypatch.setattr(providers, "REGISTRY", {("aws", "eks"): "providers.aws.eks:build"})
+    monkeypatch.setattr(providers, "REGISTRY", {("aws", "eks"): "gpu_k8s.providers.aws.eks:build"})
     with pytest.raises(ConfigError) as caught:
         providers.builder_for(spec)
     assert "aws/k3s" in str(caught.value) and "not yet supported" in str(caught.value)

@@ -9,9 +9,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from gpu_k8s.tools import upstream as up
 
 from tests.conftest import upstream
-from tools import upstream as up
 
 
 def test_manifest_pins_every_file_to_a_commit_or_a_released_wheel():
@@ -68,10 +68,10 @@ def test_missing_contract_data_skips_locally_and_fails_in_ci(tmp_path: Path, mon
     monkeypatch.setenv("GPU_K8S_UPSTREAM", str(tmp_path))
     path = up.manifest()[0].path
     monkeypatch.delenv("CI", raising=False)
-    with pytest.raises(Skipped, match=r"tools\.upstream fetch"):
+    with pytest.raises(Skipped, match="gpu-k8s upstream fetch"):
         upstream(path)
     monkeypatch.setenv("CI", "true")
-    with pytest.raises(Failed, match=r"tools\.upstream fetch"):
+    with pytest.raises(Failed, match="gpu-k8s upstream fetch"):
         upstream(path)
 
 

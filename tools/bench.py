@@ -1,9 +1,9 @@
 """Benchmark of the offline plan (not a timed test; numbers go into notes and pull requests).
 
-    python -m tools.bench [--runs 5] [--stack aws-eks]
+    gpu-k8s bench [--runs 5] [--stack aws-eks]
 
 Reports, on this machine, for one stack:
-- whole-process `python -m tools.plan <stack>` vs a process that only imports the Pulumi modules the
+- whole-process `gpu-k8s plan <stack>` vs a process that only imports the Pulumi modules the
   plan uses (the floor no plan can beat), median of --runs each;
 - the in-process plan time with 1, 10 and 50 copies of the stack's first GPU pool and the cost of each
   extra pool;
@@ -21,16 +21,16 @@ import subprocess
 import sys
 import time
 
-from tools.engine import PROJECT_ROOT, run_program, stack_config
+from gpu_k8s.tools.engine import find_project, run_program, stack_config
 
 # Prints the Pulumi SDK modules a plan really executed (the SDKs load submodules lazily, so a module
 # object in sys.modules may be a stub that was never run).
 LOADED_SDK_MODULES = """
 import contextlib, importlib.util, io, sys
-import tools.plan
+import gpu_k8s.tools.plan
 SDKS = {"pulumi", "pulumi_aws", "pulumi_gcp", "pulumi_kubernetes", "pulumi_random", "pulumi_tls"}
 with contextlib.redirect_stdout(io.StringIO()):
-    tools.plan.main([sys.argv[1]])
+    gpu_k8s.tools.plan.main([sys.argv[1]])
 print(" ".join(sorted(name for name, module in list(sys.modules.items())
                       if name.split(".")[0] in SDKS
                       and type(module).__name__ != "_LazyModule")))
@@ -47,13 +47,13 @@ def _median_seconds(command: list[str], runs: int) -> float:
     samples = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run(command, check=True, capture_output=True, cwd=PROJECT_ROOT)
+        subprocess.run(command, check=True, capture_output=True, cwd=find_project().root)
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
 
 
 def _config_with_pools(stack: str, count: int) -> dict:
-    config = copy.deepcopy(stack_config(PROJECT_ROOT / "stacks" / f"Pulumi.{stack}.yaml"))
+    config = copy.deepcopy(stack_config(find_project().stack_dir / f"Pulumi.{stack}.yaml"))
     template = config["gpu-k8s:cluster"]["gpuPools"][0]
     config["gpu-k8s:cluster"]["gpuPools"] = [{**template, "name": f"pool{i}"} for i in range(count)]
     return config
@@ -70,7 +70,7 @@ def _in_process_seconds(stack: str, pools: int, runs: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="gpu-k8s bench", description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--stack", default="aws-eks")
     args = parser.parse_args(argv)
@@ -80,10 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         check=True,
         capture_output=True,
         text=True,
-        cwd=PROJECT_ROOT,
+        cwd=find_project().root,
     ).stdout.strip()
     floor = _median_seconds([sys.executable, "-c", IMPORT_FLOOR, modules], args.runs)
-    whole = _median_seconds([sys.executable, "-m", "tools.plan", args.stack], args.runs)
+    whole = _median_seconds([sys.executable, "-m", "gpu_k8s.tools.plan", args.stack], args.runs)
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     run_program("warm-up", _config_with_pools(args.stack, 1))
     per_pools = {n: _in_process_seconds(args.stack, n, args.runs) for n in (1, 10, 50)}

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from components.helm import OCI_SCHEME
-from tools.helm import helm_binary
-from tools.upstream import UPSTREAM_ROOT
+from gpu_k8s.components.helm import OCI_SCHEME
+from gpu_k8s.tools.helm import helm_binary
+from gpu_k8s.tools.upstream import UPSTREAM_ROOT
 
 CHARTS_ROOT = UPSTREAM_ROOT / "charts"
 SOURCES = CHARTS_ROOT / "sources.json"

@@ -24,17 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+from gpu_k8s.components.configbase import CONFIG_NAMESPACE, raise_if_any
+from gpu_k8s.tools import fake_tls
+from gpu_k8s.tools.stackfile import config_key_issues, load_stack_file
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
 
-from components.configbase import raise_if_any
-from tools import fake_tls
-from tools.stackfile import config_key_issues, load_stack_file
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-PROJECT_NAME = "gpu-k8s"
+PROJECT_FILE = "Pulumi.yaml"
 ACCOUNT = "123456789012"
 STACK_TYPE = "pulumi:pulumi:Stack"
 COMPUTE_API = "https://www.googleapis.com/compute/v1"
@@ -437,24 +435,80 @@ class _WarningCollector(logging.Handler):
             self.sink.append(record.getMessage())
 
 
-def stack_config(stack_file: Path) -> dict[str, Any]:
-    """Project-level defaults from Pulumi.yaml overlaid with the stack file's `config:`, as the CLI does."""
-    project = load_stack_file(PROJECT_ROOT / "Pulumi.yaml")
-    merged: dict[str, Any] = {}
-    for key, declaration in (project.get("config") or {}).items():
+class ProjectNotFound(Exception):
+    """No Pulumi.yaml in the directory or any directory above it."""
+
+
+@dataclass(frozen=True)
+class Project:
+    """A Pulumi project as the CLI reads it: its name, stack-file directory, program and config defaults."""
+
+    root: Path
+    name: str
+    stack_dir: Path
+    program: Path
+    defaults: dict[str, Any]
+
+    def stack_files(self) -> list[Path]:
+        return sorted(self.stack_dir.glob("Pulumi.*.yaml"))
+
+
+def find_project(start: Path | None = None) -> Project:
+    """The project whose Pulumi.yaml is in `start` (default: the working directory) or the nearest parent."""
+    start = (start or Path.cwd()).resolve()
+    for directory in (start, *start.parents):
+        if (directory / PROJECT_FILE).is_file():
+            return load_project(directory)
+    raise ProjectNotFound(
+        f"no {PROJECT_FILE} in {start} or above: "
+        "run from your Pulumi project, or name a stack file inside one"
+    )
+
+
+def load_project(root: Path) -> Project:
+    document = load_stack_file(root / PROJECT_FILE)
+    defaults: dict[str, Any] = {}
+    for key, declaration in (document.get("config") or {}).items():
         if isinstance(declaration, dict) and "value" in declaration:
-            merged[key] = declaration["value"]
+            defaults[key] = declaration["value"]
         elif isinstance(declaration, dict) and "default" in declaration:
-            merged[key] = declaration["default"]
-    merged.update(load_stack_file(stack_file).get("config", {}))
+            defaults[key] = declaration["default"]
+    # `main` names the program's directory (or file); the Python host runs its __main__.py.
+    program = root / str(document.get("main") or ".")
+    return Project(
+        root=root,
+        name=str(document.get("name") or root.name),
+        stack_dir=root / str(document.get("stackConfigDir") or "."),
+        program=program / "__main__.py" if program.is_dir() else program,
+        defaults=defaults,
+    )
+
+
+def project_of(stack_file: Path) -> Project:
+    """The project a stack file belongs to (the nearest Pulumi.yaml above it); for a file kept outside any
+    project, the working directory's."""
+    try:
+        return find_project(stack_file.parent)
+    except ProjectNotFound:
+        return find_project()
+
+
+def stack_config(stack_file: Path, project: Project | None = None) -> dict[str, Any]:
+    """The project's config defaults overlaid with the stack file's `config:`, as the CLI does."""
+    project = project or project_of(stack_file)
+    merged = {**project.defaults, **(load_stack_file(stack_file).get("config") or {})}
     raise_if_any(config_key_issues(merged))
     return merged
 
 
-def _run_main() -> None:
-    if str(PROJECT_ROOT) not in sys.path:
-        sys.path.insert(0, str(PROJECT_ROOT))
-    runpy.run_path(str(PROJECT_ROOT / "__main__.py"), run_name="__main__")
+def _program_runner(project: Project) -> Callable[[], None]:
+    def run_main() -> None:
+        # As the Python language host does: the program's directory comes first on sys.path.
+        if str(project.program.parent) not in sys.path:
+            sys.path.insert(0, str(project.program.parent))
+        runpy.run_path(str(project.program), run_name="__main__")
+
+    return run_main
 
 
 def _own_loop(loops: list[asyncio.AbstractEventLoop]) -> None:
@@ -470,13 +524,18 @@ def run_program(
     program: Callable[[], None] | None = None,
     mocks: pulumi_mocks.Mocks | None = None,
     preview: bool = True,
+    project: Project | None = None,
 ) -> Recording:
-    """Run the stack program (default: the project's __main__.py) under mocks and return what it registered.
+    """Run the stack program (default: the program of `project`, itself by default the working directory's
+    project) under mocks and return what it registered.
 
     `preview` is what `pulumi preview` runs (a dry run, `pulumi.runtime.is_dry_run()` true); `preview=False`
     is `pulumi up`, where checks that only make sense when resources are really created apply. Exceptions
     from the program (a ConfigError, say) propagate unchanged.
     """
+    if program is None:
+        project = project or find_project()
+        program = _program_runner(project)
     recording = Recording(stack=stack)
     # Pulumi runs the monitor's calls on the loop's default executor and each of those threads needs an
     # event loop of its own; giving them one here lets this run close every loop it made (left to the
@@ -496,7 +555,12 @@ def run_program(
     logger.propagate = False
     logger.handlers = [_WarningCollector(recording.warnings)]
     pulumi.runtime.set_mocks(
-        mocks, project=PROJECT_NAME, stack=stack, preview=preview, logger=logger, monitor=monitor
+        mocks,
+        project=project.name if project else CONFIG_NAMESPACE,
+        stack=stack,
+        preview=preview,
+        logger=logger,
+        monitor=monitor,
     )
     pulumi.runtime.set_all_config(
         {key: value if isinstance(value, str) else json.dumps(value) for key, value in config.items()}
@@ -505,7 +569,7 @@ def run_program(
     # are the exports, so replace it.
     pulumi.runtime.settings.ROOT.set(None)
     try:
-        _sync_await(run_in_stack(program or _run_main))
+        _sync_await(run_in_stack(program))
     finally:
         executor.shutdown(wait=True)
         for each in [*thread_loops, loop]:

@@ -1,9 +1,14 @@
 """The offline plan: what `pulumi up` would create for a stack, without credentials or the Pulumi CLI.
 
-    python -m tools.plan aws-eks            # resource tree, dependency edges, summary
-    python -m tools.plan aws-eks --json     # one JSON document (format: README.md "The offline plan")
-    python -m tools.plan aws-eks --up       # as `pulumi up` runs the program (not a dry run)
-    python -m tools.plan path/to/Pulumi.x.yaml
+    gpu-k8s plan aws-eks            # resource tree, dependency edges, summary
+    gpu-k8s plan aws-eks --json     # one JSON document (format: README.md "The offline plan")
+    gpu-k8s plan aws-eks --up       # as `pulumi up` runs the program (not a dry run)
+    gpu-k8s plan path/to/Pulumi.x.yaml
+
+A stack name is looked up in the Pulumi project of the working directory (its `stackConfigDir`); a stack
+file is planned with the project it belongs to (the nearest Pulumi.yaml above it), or, kept outside any
+project, with the working directory's. Either way the project's own program runs, as `pulumi preview`
+would run it.
 
 By default the program runs as `pulumi preview` does; `--up` runs it as `pulumi up` does, so checks that
 only apply when resources are really created (refusals of configs that would lock the deployer out, waits
@@ -15,16 +20,26 @@ Exit codes: 0 plan printed; 2 invalid stack config (the problems on stderr, noth
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from gpu_k8s.components.configbase import ConfigError
+from gpu_k8s.tools.engine import (
+    Project,
+    ProjectNotFound,
+    Recording,
+    Registration,
+    Secret,
+    find_project,
+    project_of,
+    run_program,
+    stack_config,
+)
 from pulumi.output import Unknown
-
-from components.configbase import ConfigError
-from tools.engine import PROJECT_ROOT, Recording, Registration, Secret, run_program, stack_config
 
 SECRET_MARK = "[secret]"
 # A value known only once the resource exists (what `pulumi preview` shows as output<T>).
@@ -198,21 +213,37 @@ class StackNotFound(Exception):
 
 
 def stack_file(stack: str) -> Path:
-    """`aws-eks` -> stacks/Pulumi.aws-eks.yaml; anything that looks like a path is taken as one."""
+    """`aws-eks` -> <project>/stacks/Pulumi.aws-eks.yaml; anything that looks like a path is taken as one."""
     candidate = Path(stack)
-    known = ", ".join(stack_name(p) for p in sorted((PROJECT_ROOT / "stacks").glob("Pulumi.*.yaml")))
     if candidate.suffix not in {".yaml", ".yml"} and "/" not in stack and not candidate.exists():
-        candidate = PROJECT_ROOT / "stacks" / f"Pulumi.{stack}.yaml"
+        project = _named_project(stack)
+        candidate = project.stack_dir / f"Pulumi.{stack}.yaml"
         if not candidate.is_file():
-            raise StackNotFound(f"{stack}: no stack of that name (no file {candidate}); stacks: {known}")
+            raise StackNotFound(
+                f"{stack}: no stack of that name (no file {candidate}); stacks: {_known_stacks(project)}"
+            )
         return candidate
+    hint = "a Pulumi.<stack>.yaml file"
+    with contextlib.suppress(ProjectNotFound):
+        hint = f"a stack ({_known_stacks(find_project())}) or {hint}"
     if candidate.is_dir():
-        raise StackNotFound(f"{stack}: a directory; name a stack ({known}) or a Pulumi.<stack>.yaml file")
+        raise StackNotFound(f"{stack}: a directory; name {hint}")
     if not candidate.is_file():
-        raise StackNotFound(f"{stack}: no such file; name a stack ({known}) or a Pulumi.<stack>.yaml file")
+        raise StackNotFound(f"{stack}: no such file; name {hint}")
     if candidate.suffix not in {".yaml", ".yml"}:
         raise StackNotFound(f"{stack}: not a stack file; stack files are named Pulumi.<stack>.yaml")
     return candidate
+
+
+def _named_project(stack: str) -> Project:
+    try:
+        return find_project()
+    except ProjectNotFound as exc:
+        raise StackNotFound(f"{stack}: {exc}") from None
+
+
+def _known_stacks(project: Project) -> str:
+    return ", ".join(stack_name(p) for p in project.stack_files()) or "none"
 
 
 def stack_name(path: Path) -> str:
@@ -221,11 +252,15 @@ def stack_name(path: Path) -> str:
 
 def plan(stack: str, up: bool = False) -> Recording:
     path = stack_file(stack)
-    return run_program(stack_name(path), stack_config(path), preview=not up)
+    try:
+        project = project_of(path)
+    except ProjectNotFound as exc:
+        raise StackNotFound(f"{stack}: {exc}") from None
+    return run_program(stack_name(path), stack_config(path, project), preview=not up, project=project)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.plan", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="gpu-k8s plan", description=__doc__.split("\n")[0])
     parser.add_argument("stack", help="stack name (aws-eks) or path to a stack file")
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON document")
     parser.add_argument("--up", action="store_true", help="run as `pulumi up` does instead of a preview")

@@ -1,6 +1,6 @@
 """The README table "How many GPUs do I rent?": slots per node and per dollar under each sharing mode.
 
-    python -m tools.rent      # prints the Markdown table that README.md carries (a test compares them)
+    gpu-k8s rent      # prints the Markdown table that README.md carries (a test compares them)
 
 Slots come from the same code the stack uses (`components.sharing.node_offer`), so the table cannot drift
 from what the cluster-autoscaler templates advertise.
@@ -8,10 +8,11 @@ from what the cluster-autoscaler templates advertise.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from components.catalog import load_catalog
-from components.sharing import (
+from gpu_k8s.components.catalog import load_catalog
+from gpu_k8s.components.sharing import (
     PoolMig,
     SharingSpec,
     cluster_mig_strategy,
@@ -99,5 +100,11 @@ def rent_table() -> str:
     return "\n".join(lines) + f"\n\nPrices: {PRICE_NOTE}.\n"
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(prog="gpu-k8s rent", description=__doc__.split("\n")[0]).parse_args(argv)
     sys.stdout.write(rent_table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from components.configbase import ConfigError, ConfigIssue
+from gpu_k8s.components.configbase import ConfigError, ConfigIssue
 
 MAX_FILE_BYTES = 1_000_000
 # Stack files nest about six levels deep; the CLI has no such limit, but a deeper file is a mistake here.

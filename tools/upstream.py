@@ -1,7 +1,7 @@
 """Upstream contract data (Helm chart values, CRDs, schemas, examples) at pinned commits, verified by sha256.
 
-    python -m tools.upstream verify    # check every file against upstream/manifest.json; exit 1 on a problem
-    python -m tools.upstream fetch     # re-download missing or altered files from their pinned URLs
+    gpu-k8s upstream verify    # check every file against upstream/manifest.json; exit 1 on a problem
+    gpu-k8s upstream fetch     # re-download missing or altered files from their pinned URLs
 
 The files are committed under `upstream/` next to `manifest.json` (Apache-2.0, licence and NOTICE files
 beside them), so the tests need neither network nor anything outside the clone. The manifest lists each
@@ -23,11 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.engine import PROJECT_ROOT
-
-UPSTREAM_ROOT = PROJECT_ROOT / "upstream"
+# In a checkout the repository's upstream/; an installed package carries only what the program renders.
+UPSTREAM_ROOT = Path(__file__).resolve().parents[1] / "upstream"
 MANIFEST = UPSTREAM_ROOT / "manifest.json"
-FETCH_HINT = "restore it with `git checkout upstream/` or `python -m tools.upstream fetch`"
+FETCH_HINT = "restore it with `git checkout upstream/` or `gpu-k8s upstream fetch`"
 
 
 @dataclass(frozen=True)
@@ -122,9 +121,15 @@ def verify(root: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.upstream", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="gpu-k8s upstream", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["fetch", "verify"])
     args = parser.parse_args(argv)
+    if not MANIFEST.is_file():
+        print(
+            f"{MANIFEST}: not here; the contract data ships with a checkout of gpu-k8s, run it there",
+            file=sys.stderr,
+        )
+        return 2
     root = upstream_dir()
     if args.command == "fetch":
         fetched = fetch(root)

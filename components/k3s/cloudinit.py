@@ -18,8 +18,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 import yaml
-
-from components.spec import TaintSpec
+from gpu_k8s.components.spec import TaintSpec
 
 CONFIG_DIR = "/etc/rancher/k3s"
 DATA_DIR = "/var/lib/rancher/k3s"

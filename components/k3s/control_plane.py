@@ -10,12 +10,11 @@ from typing import Any
 import pulumi
 import pulumi_random as random
 import pulumi_tls as tls
-
-from components.autoscaler import SYSTEM_POOL_NAME
-from components.cluster import POOL_LABEL, GpuPool, PlatformTraits
-from components.compat import DriverFacts, operator_driver
-from components.gpu_operator import OPERATOR_NAMESPACE
-from components.k3s.cloudinit import (
+from gpu_k8s.components.autoscaler import SYSTEM_POOL_NAME
+from gpu_k8s.components.cluster import POOL_LABEL, GpuPool, PlatformTraits
+from gpu_k8s.components.compat import DriverFacts, operator_driver
+from gpu_k8s.components.gpu_operator import OPERATOR_NAMESPACE
+from gpu_k8s.components.k3s.cloudinit import (
     API_PORT,
     SERVER_TAINT,
     NodeBootstrap,
@@ -25,9 +24,9 @@ from components.k3s.cloudinit import (
     server_cloud_config,
     server_secret_payload,
 )
-from components.k3s.pki import K3sPki
-from components.kubeconfig import client_certificate_kubeconfig
-from components.spec import ClusterSpec
+from gpu_k8s.components.k3s.pki import K3sPki
+from gpu_k8s.components.kubeconfig import client_certificate_kubeconfig
+from gpu_k8s.components.spec import ClusterSpec
 
 CONTAINERD_SOCKET = "/run/k3s/containerd/containerd.sock"
 

@@ -16,8 +16,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
-
-from components.manifests import kubernetes_object, resource_name_part
+from gpu_k8s.components.manifests import kubernetes_object, resource_name_part
 
 SUC_VERSION = "v0.20.1"
 SUC_ROOT = Path(__file__).resolve().parents[2] / "upstream" / "system-upgrade-controller" / SUC_VERSION

@@ -6,9 +6,8 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_aws as aws
-
-from components import storage
-from providers.aws.iam import EBS_CSI_POLICIES, pod_identity_trust_policy, role_with_policies
+from gpu_k8s.components import storage
+from gpu_k8s.providers.aws.iam import EBS_CSI_POLICIES, pod_identity_trust_policy, role_with_policies
 
 # Add-ons the nodes need to become Ready; node groups wait for them.
 PRE_NODE_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")

@@ -9,16 +9,15 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
-
-from components.autoscaler import (
+from gpu_k8s.components.autoscaler import (
     AUTOSCALER_NAMESPACE,
     AUTOSCALER_SERVICE_ACCOUNT,
     NodeTemplate,
     node_template,
 )
-from components.cluster import GpuPool
-from components.configbase import ConfigIssue, config_path
-from providers.aws.iam import cluster_autoscaler_policy, pod_identity_trust_policy, role_with_policies
+from gpu_k8s.components.cluster import GpuPool
+from gpu_k8s.components.configbase import ConfigIssue, config_path
+from gpu_k8s.providers.aws.iam import cluster_autoscaler_policy, pod_identity_trust_policy, role_with_policies
 
 TEMPLATE_PREFIX = "k8s.io/cluster-autoscaler/node-template"
 # The label the autoscaler's AWS provider reads as "this node has GPUs" (cloudprovider/aws, REFERENCE.md 5.3).

@@ -8,9 +8,8 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
-
-from components.k3s.cloudinit import SnapshotStore
-from providers.aws.iam import POLICY_VERSION
+from gpu_k8s.components.k3s.cloudinit import SnapshotStore
+from gpu_k8s.providers.aws.iam import POLICY_VERSION
 
 # Snapshots k3s prunes (retention) or overwrites stay recoverable this long as noncurrent versions.
 NONCURRENT_DAYS = 30

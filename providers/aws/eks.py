@@ -10,17 +10,16 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
-
-from components.autoscaler import cluster_scale_down_unneeded_time, install_gpu_addons
-from components.catalog import Catalog, load_catalog
-from components.cluster import GpuCluster, PlatformTraits, platform_issues, resolve_pools
-from components.compat import DriverFacts, DriverVersion
-from components.configbase import ConfigIssue, config_path, raise_if_any
-from components.kubeconfig import exec_kubeconfig, kubernetes_provider
-from components.spec import ClusterSpec, pool_child_name
-from components.storage import default_storage_class
-from providers.aws import addons
-from providers.aws.autoscaling import (
+from gpu_k8s.components.autoscaler import cluster_scale_down_unneeded_time, install_gpu_addons
+from gpu_k8s.components.catalog import Catalog, load_catalog
+from gpu_k8s.components.cluster import GpuCluster, PlatformTraits, platform_issues, resolve_pools
+from gpu_k8s.components.compat import DriverFacts, DriverVersion
+from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
+from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
+from gpu_k8s.components.spec import ClusterSpec, pool_child_name
+from gpu_k8s.components.storage import default_storage_class
+from gpu_k8s.providers.aws import addons
+from gpu_k8s.providers.aws.autoscaling import (
     ACCELERATOR_LABEL,
     AutoscalerIdentity,
     asg_tag_issues,
@@ -28,16 +27,16 @@ from providers.aws.autoscaling import (
     aws_node_template,
     scale_from_zero_tags,
 )
-from providers.aws.iam import (
+from gpu_k8s.providers.aws.iam import (
     EKS_CLUSTER_POLICIES,
     EKS_NODE_POLICIES,
     role_with_policies,
     secrets_encryption_policy,
     service_trust_policy,
 )
-from providers.aws.location import aws_provider, cluster_tags, region_from_config
-from providers.aws.network import Network
-from providers.aws.nodes import (
+from gpu_k8s.providers.aws.location import aws_provider, cluster_tags, region_from_config
+from gpu_k8s.providers.aws.network import Network
+from gpu_k8s.providers.aws.nodes import (
     AL2023_NVIDIA_DRIVER_BRANCH,
     AL2023_NVIDIA_FAMILIES,
     GpuNodePool,
@@ -45,7 +44,7 @@ from providers.aws.nodes import (
     node_group_resource_name,
     system_node_group,
 )
-from providers.aws.zones import ZonePlan, zone_issues, zone_plan
+from gpu_k8s.providers.aws.zones import ZonePlan, zone_issues, zone_plan
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"

@@ -16,24 +16,30 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
-
-from components.autoscaler import (
+from gpu_k8s.components.autoscaler import (
     SYSTEM_POOL_NAME,
     cluster_scale_down_unneeded_time,
     install_gpu_addons,
 )
-from components.catalog import load_catalog
-from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
-from components.configbase import ConfigIssue, config_path, raise_if_any
-from components.helm import helm_release
-from components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore, agent_cloud_config
-from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
-from components.k3s.readiness import gated_kubernetes_provider
-from components.k3s.upgrades import K3sUpgrades
-from components.spec import ClusterSpec, GpuPoolSpec, pool_child_name
-from components.storage import default_storage_class
-from providers.aws import addons
-from providers.aws.autoscaling import (
+from gpu_k8s.components.catalog import load_catalog
+from gpu_k8s.components.cluster import (
+    POOL_LABEL,
+    GpuCluster,
+    GpuPool,
+    PlatformTraits,
+    platform_issues,
+    resolve_pools,
+)
+from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
+from gpu_k8s.components.helm import helm_release
+from gpu_k8s.components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore, agent_cloud_config
+from gpu_k8s.components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
+from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
+from gpu_k8s.components.k3s.upgrades import K3sUpgrades
+from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, pool_child_name
+from gpu_k8s.components.storage import default_storage_class
+from gpu_k8s.providers.aws import addons
+from gpu_k8s.providers.aws.autoscaling import (
     ACCELERATOR_LABEL,
     asg_tag_issues,
     autoscaler_cloud_values,
@@ -41,8 +47,8 @@ from providers.aws.autoscaling import (
     scale_from_zero_tags,
     zone_limits,
 )
-from providers.aws.backups import SnapshotBucket, snapshot_access_policy
-from providers.aws.iam import (
+from gpu_k8s.providers.aws.backups import SnapshotBucket, snapshot_access_policy
+from gpu_k8s.providers.aws.iam import (
     MANAGED,
     POLICY_VERSION,
     GrantedRole,
@@ -50,16 +56,16 @@ from providers.aws.iam import (
     role_with_policies,
     service_trust_policy,
 )
-from providers.aws.k3s_bootstrap import aws_node_bootstrap, read_secrets_policy
-from providers.aws.location import aws_provider, cluster_tags, region_from_config
-from providers.aws.network import Network
-from providers.aws.nodes import (
+from gpu_k8s.providers.aws.k3s_bootstrap import aws_node_bootstrap, read_secrets_policy
+from gpu_k8s.providers.aws.location import aws_provider, cluster_tags, region_from_config
+from gpu_k8s.providers.aws.network import Network
+from gpu_k8s.providers.aws.nodes import (
     CAPACITY_BLOCK_MARKET,
     capacity_block_target,
     cpu_arch,
     launch_tag_specifications,
 )
-from providers.aws.zones import ZonePlan, zone_issues, zone_plan
+from gpu_k8s.providers.aws.zones import ZonePlan, zone_issues, zone_plan
 
 CAPACITY_LABEL = "gpu-k8s.io/capacity-type"
 # Canonical's public SSM parameters for the current Ubuntu 24.04 LTS server AMI (parameter scheme from

@@ -6,8 +6,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from components.k3s.cloudinit import NodeBootstrap
-from providers.aws.iam import POLICY_VERSION
+from gpu_k8s.components.k3s.cloudinit import NodeBootstrap
+from gpu_k8s.providers.aws.iam import POLICY_VERSION
 
 FETCH_SCRIPT = Path(__file__).parent / "files" / "fetch_secret.py"
 

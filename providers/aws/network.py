@@ -9,8 +9,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
-
-from components.spec import NetworkSpec
+from gpu_k8s.components.spec import NetworkSpec
 
 
 @dataclass(frozen=True)

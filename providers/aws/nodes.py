@@ -9,12 +9,11 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
-
-from components.autoscaler import SYSTEM_POOL_NAME
-from components.catalog import MachineType
-from components.cluster import POOL_LABEL, GpuPool
-from components.spec import TAINT_EFFECT_API_NAMES, GpuPoolSpec, SystemPoolSpec, TaintSpec
-from providers.aws.autoscaling import aws_node_template, scale_from_zero_tags, zone_limits
+from gpu_k8s.components.autoscaler import SYSTEM_POOL_NAME
+from gpu_k8s.components.catalog import MachineType
+from gpu_k8s.components.cluster import POOL_LABEL, GpuPool
+from gpu_k8s.components.spec import TAINT_EFFECT_API_NAMES, GpuPoolSpec, SystemPoolSpec, TaintSpec
+from gpu_k8s.providers.aws.autoscaling import aws_node_template, scale_from_zero_tags, zone_limits
 
 # Families the EKS-optimized AL2023 NVIDIA AMIs cover (EKS user guide, ml-eks-optimized-ami; REFERENCE 3.1).
 # g7 is missing on purpose: it needs driver >= 595 and the AMIs ship the 580 branch.

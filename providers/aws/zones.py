@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
-
-from components.configbase import ConfigIssue, config_path
-from components.spec import ClusterSpec, GpuPoolSpec, NetworkSpec
+from gpu_k8s.components.configbase import ConfigIssue, config_path
+from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, NetworkSpec
 
 # Zone IDs whose subnets EKS refuses for a cluster: use1-az3 is the known case (cloudposse's EKS component
 # changelog 1.203.0, eksctl#817); usw1-az2 and cac1-az3 are named next to it in the review of this stack

@@ -8,8 +8,7 @@ from typing import Any
 
 import pulumi
 import yaml
-
-from components.autoscaler import NodeTemplate
+from gpu_k8s.components.autoscaler import NodeTemplate
 
 # The label the autoscaler's GCE provider reads as "this node has GPUs" (cloudprovider/gce
 # gce_cloud_provider.go GPULabel; REFERENCE.md 5.4).

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pulumi
 import pulumi_gcp as gcp
-
-from components.k3s.cloudinit import SnapshotStore, etcd_s3_credentials
-from providers.gcp.iam import NodeServiceAccount, custom_role
+from gpu_k8s.components.k3s.cloudinit import SnapshotStore, etcd_s3_credentials
+from gpu_k8s.providers.gcp.iam import NodeServiceAccount, custom_role
 
 ENDPOINT = "storage.googleapis.com"
 # What k3s's snapshot client does (k3s pkg/etcd/s3: HEAD bucket, list, upload, download, prune).

@@ -11,15 +11,21 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_gcp as gcp
-
-from components.catalog import Catalog, load_catalog
-from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
-from components.compat import DriverFacts
-from components.configbase import ConfigIssue, config_path, raise_if_any
-from components.gpu_operator import GpuOperator, GpuOperatorArgs
-from components.kubeconfig import exec_kubeconfig, kubernetes_provider
-from components.sharing import SharingSpec
-from components.spec import (
+from gpu_k8s.components.catalog import Catalog, load_catalog
+from gpu_k8s.components.cluster import (
+    POOL_LABEL,
+    GpuCluster,
+    GpuPool,
+    PlatformTraits,
+    platform_issues,
+    resolve_pools,
+)
+from gpu_k8s.components.compat import DriverFacts
+from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
+from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
+from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
+from gpu_k8s.components.sharing import SharingSpec
+from gpu_k8s.components.spec import (
     TAINT_EFFECT_API_NAMES,
     ClusterSpec,
     GkeSpec,
@@ -27,11 +33,11 @@ from components.spec import (
     TaintSpec,
     pool_child_name,
 )
-from providers.gcp.iam import KMS_ENCRYPTER, NodeServiceAccount, gke_service_agent
-from providers.gcp.location import project_and_region, zone_issues
-from providers.gcp.machines import CLOUD_PLATFORM_SCOPE, boot_disk_type, system_pool_issues
-from providers.gcp.network import Network
-from providers.gcp.services import enabled_services
+from gpu_k8s.providers.gcp.iam import KMS_ENCRYPTER, NodeServiceAccount, gke_service_agent
+from gpu_k8s.providers.gcp.location import project_and_region, zone_issues
+from gpu_k8s.providers.gcp.machines import CLOUD_PLATFORM_SCOPE, boot_disk_type, system_pool_issues
+from gpu_k8s.providers.gcp.network import Network
+from gpu_k8s.providers.gcp.services import enabled_services
 
 # GKE's managed driver install is finished by an init container of GKE's own device-plugin DaemonSet, so
 # GKE's plugin stays on (never the `gke-no-default-nvidia-gpu-device-plugin` label: a labelled pool with the

@@ -13,23 +13,29 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_gcp as gcp
-
-from components.autoscaler import (
+from gpu_k8s.components.autoscaler import (
     SYSTEM_POOL_NAME,
     cluster_scale_down_unneeded_time,
     install_gpu_addons,
     node_template,
 )
-from components.catalog import load_catalog
-from components.cluster import POOL_LABEL, GpuCluster, GpuPool, PlatformTraits, platform_issues, resolve_pools
-from components.configbase import ConfigIssue, config_path, raise_if_any
-from components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore, agent_cloud_config
-from components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
-from components.k3s.readiness import gated_kubernetes_provider
-from components.k3s.upgrades import K3sUpgrades
-from components.spec import ClusterSpec, pool_child_name
-from components.storage import default_storage_class, default_storage_class_manifest
-from providers.gcp.autoscaling import (
+from gpu_k8s.components.catalog import load_catalog
+from gpu_k8s.components.cluster import (
+    POOL_LABEL,
+    GpuCluster,
+    GpuPool,
+    PlatformTraits,
+    platform_issues,
+    resolve_pools,
+)
+from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
+from gpu_k8s.components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore, agent_cloud_config
+from gpu_k8s.components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
+from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
+from gpu_k8s.components.k3s.upgrades import K3sUpgrades
+from gpu_k8s.components.spec import ClusterSpec, pool_child_name
+from gpu_k8s.components.storage import default_storage_class, default_storage_class_manifest
+from gpu_k8s.providers.gcp.autoscaling import (
     ACCELERATOR_LABEL,
     AUTOSCALER_READ_PERMISSIONS,
     AUTOSCALER_RESIZE_PERMISSIONS,
@@ -38,18 +44,18 @@ from providers.gcp.autoscaling import (
     instance_group_url,
     kube_env,
 )
-from providers.gcp.backups import SnapshotBucket
-from providers.gcp.cloud_controller import (
+from gpu_k8s.providers.gcp.backups import SnapshotBucket
+from gpu_k8s.providers.gcp.cloud_controller import (
     CLOUD_CONFIG_PATH,
     GceCloudController,
     cloud_config,
     cloud_controller_manifests,
 )
-from providers.gcp.cloud_controller import PERMISSIONS as CCM_PERMISSIONS
-from providers.gcp.iam import NodeServiceAccount, custom_role
-from providers.gcp.k3s_bootstrap import gce_node_bootstrap
-from providers.gcp.location import project_and_region, zone_issues
-from providers.gcp.machines import (
+from gpu_k8s.providers.gcp.cloud_controller import PERMISSIONS as CCM_PERMISSIONS
+from gpu_k8s.providers.gcp.iam import NodeServiceAccount, custom_role
+from gpu_k8s.providers.gcp.k3s_bootstrap import gce_node_bootstrap
+from gpu_k8s.providers.gcp.location import project_and_region, zone_issues
+from gpu_k8s.providers.gcp.machines import (
     BALANCED_PD,
     CLOUD_PLATFORM_SCOPE,
     boot_disk_type,
@@ -57,9 +63,9 @@ from providers.gcp.machines import (
     system_pool_issues,
     ubuntu_image,
 )
-from providers.gcp.network import Network
-from providers.gcp.pd_csi import PROVISIONER, PdCsiDriver, custom_role_permissions, pd_csi_manifests
-from providers.gcp.services import enabled_services
+from gpu_k8s.providers.gcp.network import Network
+from gpu_k8s.providers.gcp.pd_csi import PROVISIONER, PdCsiDriver, custom_role_permissions, pd_csi_manifests
+from gpu_k8s.providers.gcp.services import enabled_services
 
 REQUIRED_APIS = ("compute.googleapis.com", "iam.googleapis.com", "secretmanager.googleapis.com")
 FLANNEL_VXLAN_PORT = 8472

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from components.k3s.cloudinit import NodeBootstrap
+from gpu_k8s.components.k3s.cloudinit import NodeBootstrap
 
 FETCH_SCRIPT = Path(__file__).parent / "files" / "fetch_secret.py"
 

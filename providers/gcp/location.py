@@ -6,9 +6,8 @@ import re
 from collections.abc import Iterable
 
 import pulumi
-
-from components.configbase import ConfigError, ConfigIssue, config_path
-from components.spec import GCP_ZONE, ClusterSpec
+from gpu_k8s.components.configbase import ConfigError, ConfigIssue, config_path
+from gpu_k8s.components.spec import GCP_ZONE, ClusterSpec
 
 # Project IDs: 6-30 lowercase letters, digits and hyphens, starting with a letter, not ending with a hyphen
 # (Resource Manager, "Creating and managing projects"); older projects may carry a domain prefix

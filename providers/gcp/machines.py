@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from components.catalog import Catalog
-from components.configbase import ConfigIssue, config_path
-from components.spec import ClusterSpec
+from gpu_k8s.components.catalog import Catalog
+from gpu_k8s.components.configbase import ConfigIssue, config_path
+from gpu_k8s.components.spec import ClusterSpec
 
 GCE_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9]+(-[a-z0-9]+)*$")
 BALANCED_PD = "pd-balanced"

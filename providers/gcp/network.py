@@ -8,8 +8,7 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_gcp as gcp
-
-from components.spec import NetworkSpec
+from gpu_k8s.components.spec import NetworkSpec
 
 PODS_RANGE = "pods"
 SERVICES_RANGE = "services"

@@ -1,0 +1,39 @@
+"""gpu-k8s: GPU-ready Kubernetes on AWS and GCP as Pulumi components.
+
+The names imported here are the stable public API (README.md "Extend"); modules under
+`gpu_k8s.components` and `gpu_k8s.providers` may change between minor versions.
+"""
+
+from __future__ import annotations
+
+import pulumi
+
+from gpu_k8s.components.cluster import GpuCluster, PlatformTraits
+from gpu_k8s.components.configbase import ConfigError, ConfigIssue, stack_cluster_config
+from gpu_k8s.components.outputs import stack_outputs
+from gpu_k8s.components.spec import ClusterSpec, load_spec
+from gpu_k8s.providers import builder_for
+
+__all__ = [
+    "ClusterSpec",
+    "ConfigError",
+    "ConfigIssue",
+    "GpuCluster",
+    "PlatformTraits",
+    "build_cluster",
+    "deploy_stack",
+    "load_spec",
+]
+
+
+def build_cluster(spec: ClusterSpec) -> GpuCluster:
+    """Every resource of the spec's platform (network, cluster, GPU pools, GPU Operator, CSI, autoscaler)."""
+    return builder_for(spec)(spec)
+
+
+def deploy_stack() -> GpuCluster:
+    """The whole stack program: read `gpu-k8s:cluster`, build it, export kubeconfig and the pool facts."""
+    cluster = build_cluster(load_spec(stack_cluster_config()))
+    for output_name, value in stack_outputs(cluster).items():
+        pulumi.export(output_name, value)
+    return cluster

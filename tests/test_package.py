@@ -1,0 +1,176 @@
+"""The installed package: the wheel carries every module and data file the four platforms need, and a user's
+own project plans the same stacks from it, outside the checkout."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.paths import REPO_ROOT
+
+STACKS = ["aws-eks", "aws-k3s", "gcp-gke", "gcp-k3s"]
+PACKAGE_DIRS = {
+    "gpu_k8s.components": "components",
+    "gpu_k8s.providers": "providers",
+    "gpu_k8s.tools": "tools",
+}
+
+
+def _setuptools_config() -> dict:
+    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def test_every_code_directory_is_a_listed_package():
+    """A directory with an __init__.py that the list leaves out would be missing from the wheel."""
+    listed = set(_setuptools_config()["packages"])
+    on_disk = {"gpu_k8s", "gpu_k8s.upstream"}
+    for package, directory in PACKAGE_DIRS.items():
+        for init in (REPO_ROOT / directory).rglob("__init__.py"):
+            relative = init.parent.relative_to(REPO_ROOT / directory)
+            on_disk.add(".".join([package, *relative.parts]))
+    assert listed == on_disk
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            out,
+            REPO_ROOT,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (built,) = out.glob("gpu_k8s-*.whl")
+    return built
+
+
+def test_the_wheel_holds_every_module_and_runtime_file(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for package, directory in PACKAGE_DIRS.items():
+        for source in (REPO_ROOT / directory).rglob("*.py"):
+            inside = Path(*package.split("."), source.relative_to(REPO_ROOT / directory)).as_posix()
+            assert inside in names, f"{source.relative_to(REPO_ROOT)} is not in the wheel"
+    assert "gpu_k8s/components/data/gpu-catalog.yaml" in names
+    assert "gpu_k8s/py.typed" in names
+    # Only the library's import root: no generic top-level names (components, providers, tools) leak out.
+    assert {name.split("/")[0] for name in names} == {"gpu_k8s", wheel.name.split("-py3")[0] + ".dist-info"}
+    entry_points = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-py3')[0]}.dist-info/entry_points.txt")
+    assert "gpu-k8s = gpu_k8s.tools.cli:main" in entry_points.decode()
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A fresh venv outside the repository with the wheel installed; its dependencies are the test
+    environment's, added as a plain path (so the checkout's editable install does not come along)."""
+    root = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", root], check=True, timeout=120)
+    python = root / "bin" / "python"
+    fresh_site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    (Path(fresh_site) / "test-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheel],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def user_project(tmp_path_factory) -> Path:
+    """What a user's own project holds: Pulumi.yaml, the program and stack files, nothing else."""
+    project = tmp_path_factory.mktemp("my-gpu-project")
+    shutil.copy(REPO_ROOT / "Pulumi.yaml", project)
+    shutil.copy(REPO_ROOT / "__main__.py", project)
+    (project / "stacks").mkdir()
+    for stack in STACKS:
+        shutil.copy(REPO_ROOT / "stacks" / f"Pulumi.{stack}.yaml", project / "stacks")
+    return project
+
+
+def test_the_library_is_imported_from_the_install_not_the_checkout(installed, user_project):
+    where = subprocess.run(
+        [installed / "bin" / "python", "-c", "import gpu_k8s.providers.gcp.pd_csi as m; print(m.__file__)"],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=user_project,
+    ).stdout.strip()
+    assert Path(where).is_relative_to(installed)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_an_installed_package_plans_each_stack_as_the_checkout_does(installed, user_project, stack):
+    result = subprocess.run(
+        [installed / "bin" / "gpu-k8s", "plan", stack, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=user_project,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (REPO_ROOT / "stacks" / "plans" / f"{stack}.json").read_text()
+
+
+def test_a_stack_name_outside_any_project_is_refused_with_the_way_out(installed, tmp_path):
+    result = subprocess.run(
+        [installed / "bin" / "gpu-k8s", "plan", "aws-eks"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("aws-eks: no Pulumi.yaml in ")
+    assert "run from your Pulumi project, or name a stack file inside one" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_stack_file_is_planned_with_the_project_it_belongs_to(installed, user_project, tmp_path):
+    stack_file = user_project / "stacks" / "Pulumi.aws-k3s.yaml"
+    result = subprocess.run(
+        [installed / "bin" / "gpu-k8s", "plan", str(stack_file), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (REPO_ROOT / "stacks" / "plans" / "aws-k3s.json").read_text()
+
+
+def test_the_command_lists_its_tools_and_refuses_an_unknown_one(installed):
+    command = installed / "bin" / "gpu-k8s"
+    usage = subprocess.run([command, "--help"], capture_output=True, text=True)
+    assert usage.returncode == 0
+    assert all(f"gpu-k8s {tool}" in usage.stdout for tool in ("plan", "rent", "bench", "upstream"))
+    unknown = subprocess.run([command, "deploy"], capture_output=True, text=True)
+    assert unknown.returncode == 2
+    assert "no command 'deploy'; commands: plan, rent, bench, upstream" in unknown.stderr
+
+
+def test_the_contract_data_tool_points_an_installed_user_to_a_checkout(installed, tmp_path):
+    result = subprocess.run(
+        [installed / "bin" / "gpu-k8s", "upstream", "verify"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 2
+    assert "manifest.json: not here; the contract data ships with a checkout of gpu-k8s" in result.stderr
