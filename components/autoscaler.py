@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+
 from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool
 from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
 from gpu_k8s.components.helm import helm_release

@@ -13,6 +13,7 @@ from typing import Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
+
 from gpu_k8s.components.catalog import Catalog, GpuModel, MachineType
 from gpu_k8s.components.compat import DriverFacts, PoolDriverCheck, driver_issues
 from gpu_k8s.components.configbase import ConfigIssue, config_path

@@ -9,6 +9,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
+
 from gpu_k8s.components.cluster import GpuCluster, GpuPool, PlatformTraits
 from gpu_k8s.components.helm import helm_release
 from gpu_k8s.components.sharing import (

@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import field_validator
+
 from gpu_k8s.components.catalog import GpuModel
 from gpu_k8s.components.configbase import ConfigIssue, StrictModel
-from pydantic import field_validator
 
 SharingMode = Literal["none", "timeSlicing", "mps", "mig"]
 MigStrategy = Literal["single", "mixed"]

@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError
+
 from gpu_k8s.components.catalog import N1_MACHINE, Catalog, Cloud, MachineType, load_catalog
 from gpu_k8s.components.compat import (
     CLUSTER_AUTOSCALER_CHART_VERSION,
@@ -41,7 +43,6 @@ from gpu_k8s.components.sharing import (
     mig_layout,
     sharing_issues,
 )
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
 # Kubernetes minors the pinned GPU Operator (v26.7.0) supports: NVIDIA platform-support.rst, 1.33-1.36.
 SUPPORTED_KUBERNETES_MINORS = ("1.33", "1.34", "1.35", "1.36")

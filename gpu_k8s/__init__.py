@@ -23,6 +23,8 @@ __all__ = [
     "build_cluster",
     "deploy_stack",
     "load_spec",
+    "stack_cluster_config",
+    "stack_outputs",
 ]
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.providers.aws.autoscaling import TEMPLATE_PREFIX
 from gpu_k8s.tools.engine import Recording, Registration, Secret
-
 from tests.conftest import some
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"

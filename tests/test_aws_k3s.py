@@ -18,11 +18,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
 from gpu_k8s.components.k3s import cloudinit
 from gpu_k8s.providers.aws import k3s as aws_k3s_module
 from gpu_k8s.providers.aws.files import fetch_secret
 from gpu_k8s.tools.engine import Recording, Registration, Secret, run_program
-
 from tests.conftest import (
     assert_refused_before_any_resource,
     node_drop_in,

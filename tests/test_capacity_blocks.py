@@ -11,9 +11,9 @@ import copy
 from typing import Any
 
 import pytest
+
 from gpu_k8s.components.configbase import ConfigError
 from gpu_k8s.tools.engine import Recording, run_program
-
 from tests.conftest import assert_refused_before_any_resource, set_path
 
 BLOCK_ID = "cr-02168da1478b509e0"

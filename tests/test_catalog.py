@@ -7,6 +7,7 @@ import fnmatch
 import botocore.session
 import pytest
 import yaml
+
 from gpu_k8s.components.catalog import CATALOG_FILE, load_catalog
 
 SOURCES_FILE = CATALOG_FILE.parent / "gpu-catalog-sources.md"

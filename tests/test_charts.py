@@ -23,6 +23,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+
 from gpu_k8s.tools import helm as helm_tool
 from gpu_k8s.tools.charts import ChartRenderer, ReleaseRef, release_ref, source_problem
 from gpu_k8s.tools.engine import Recording

@@ -15,6 +15,7 @@ import kubernetes_validate
 import parliament
 import pytest
 import yaml
+
 from gpu_k8s.components.autoscaler import COMMON_FLAGS
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.components.sharing import (
@@ -32,7 +33,6 @@ from gpu_k8s.components.spec import (
     SUPPORTED_KUBERNETES_MINORS,
 )
 from gpu_k8s.providers.aws.addons import default_storage_class_manifest
-
 from tests.conftest import some, upstream, upstream_yaml, venv_tool
 from tests.paths import REPO_ROOT
 from tests.test_charts import crd_schemas

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-from gpu_k8s.tools.engine import Recording, Secret
 
+from gpu_k8s.tools.engine import Recording, Secret
 from tests.node_boot import BootResult, Scenario, boot
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="booting a node needs root (namespaces, chroot)")

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 import yaml
-from gpu_k8s.tools.plan import main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpu_k8s.tools.plan import main
 from tests.paths import REPO_ROOT
 
 STACKS = sorted((REPO_ROOT / "stacks").glob("Pulumi.*.yaml"))

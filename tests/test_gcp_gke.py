@@ -7,12 +7,12 @@ import json
 from typing import Any
 
 import pytest
+
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.components.configbase import ConfigError
 from gpu_k8s.components.spec import load_spec, pool_machine
 from gpu_k8s.providers.gcp.gke import system_node_layout
 from gpu_k8s.tools.engine import Recording, Registration, Secret, run_program
-
 from tests.conftest import Mutation, assert_refused_before_any_resource, delete_key, set_path
 
 NODE_POOL = "gcp:container/nodePool:NodePool"

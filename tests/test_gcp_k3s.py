@@ -13,6 +13,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.components.k3s import cloudinit
 from gpu_k8s.components.spec import SUPPORTED_KUBERNETES_MINORS
@@ -20,7 +21,6 @@ from gpu_k8s.providers.gcp import cloud_controller, pd_csi
 from gpu_k8s.providers.gcp.autoscaling import AUTOSCALER_READ_PERMISSIONS, AUTOSCALER_RESIZE_PERMISSIONS
 from gpu_k8s.providers.gcp.files import fetch_secret
 from gpu_k8s.tools.engine import Recording, Registration, Secret, run_program
-
 from tests.conftest import (
     assert_refused_before_any_resource,
     delete_key,

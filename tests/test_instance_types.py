@@ -10,9 +10,9 @@ import copy
 from typing import Any
 
 import pytest
+
 from gpu_k8s.components.configbase import ConfigError
 from gpu_k8s.tools.engine import Recording, run_program
-
 from tests.conftest import assert_refused_before_any_resource, set_path, some
 
 L40S_TYPES = ["g6e.xlarge", "g6e.2xlarge", "g6e.4xlarge"]

@@ -14,6 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+
 from gpu_k8s.components.k3s import cloudinit, pki
 from gpu_k8s.components.k3s.cloudinit import AgentNode, NodeBootstrap, ServerNode, SnapshotStore
 from gpu_k8s.components.k3s.files import write_secret_files
@@ -21,7 +22,6 @@ from gpu_k8s.providers.aws.k3s_bootstrap import aws_node_bootstrap
 from gpu_k8s.providers.gcp.k3s import SPOT_GRACEFUL_SHUTDOWN
 from gpu_k8s.providers.gcp.k3s_bootstrap import gce_node_bootstrap
 from gpu_k8s.tools import fake_tls
-
 from tests.conftest import node_drop_in, upstream, user_data_files, venv_tool
 
 GOLDEN = Path(__file__).parent / "golden"

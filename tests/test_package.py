@@ -3,6 +3,7 @@ own project plans the same stacks from it, outside the checkout."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -174,3 +175,18 @@ def test_the_contract_data_tool_points_an_installed_user_to_a_checkout(installed
     )
     assert result.returncode == 2
     assert "manifest.json: not here; the contract data ships with a checkout of gpu-k8s" in result.stderr
+
+
+def test_the_example_user_program_plans_from_the_installed_package(installed, tmp_path):
+    project = tmp_path / "team-quota"
+    shutil.copytree(REPO_ROOT / "examples" / "team-quota", project)
+    result = subprocess.run(
+        [installed / "bin" / "gpu-k8s", "plan", "dev", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    quota = next(r for r in json.loads(result.stdout)["resources"] if r["name"] == "ml-team-gpus")
+    assert quota["inputs"]["spec"] == {"hard": {"requests.nvidia.com/gpu": "7"}}

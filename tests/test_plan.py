@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from gpu_k8s.tools.engine import run_program
 from gpu_k8s.tools.plan import plan_document, render_text
-
 from tests.conftest import minimal_cluster
 from tests.paths import REPO_ROOT
 
@@ -209,7 +209,8 @@ def test_up_flag_plans_the_stack_as_a_real_run(tmp_path):
 
 
 def test_values_known_only_after_creation_print_as_computed():
-    from gpu_k8s.tools.plan import UNKNOWN_MARK, redact
     from pulumi.output import Unknown
+
+    from gpu_k8s.tools.plan import UNKNOWN_MARK, redact
 
     assert redact({"a": Unknown(), "b": [Unknown(), 1.0]}) == {"a": UNKNOWN_MARK, "b": [UNKNOWN_MARK, 1]}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from gpu_k8s.components.k3s import cloudinit
 
+from gpu_k8s.components.k3s import cloudinit
 from tests.conftest import user_data_files
 from tests.test_k3s import RENDERED
 

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from gpu_k8s.components.k3s.readiness import ApiNotReady, _ApiReadyProvider, wait_until_ready
 from gpu_k8s.components.kubeconfig import client_certificate_kubeconfig, cluster_identity
 from gpu_k8s.tools.engine import Recording, Secret
-
 from tests.certs import certificate, new_key, pem
 
 

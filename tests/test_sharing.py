@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.components.compat import (
     CUDA_RELEASE_MINIMUM_DRIVER,
@@ -22,9 +25,6 @@ from gpu_k8s.components.sharing import MigGeometry, builtin_layouts
 from gpu_k8s.components.spec import load_spec
 from gpu_k8s.providers.aws.autoscaling import TEMPLATE_PREFIX
 from gpu_k8s.tools.engine import Recording, run_program
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.conftest import Mutation, assert_refused_before_any_resource, minimal_cluster, set_path, some
 
 # The example stack's pools by index: 0 l40s (g6e.xlarge, none), 1 a10g-shared (g5.xlarge, timeSlicing),

@@ -5,12 +5,12 @@ from __future__ import annotations
 import copy
 
 import pytest
-from gpu_k8s.components.configbase import ConfigError
-from gpu_k8s.components.spec import load_spec, pool_child_name
-from gpu_k8s.tools.engine import run_program
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpu_k8s.components.configbase import ConfigError
+from gpu_k8s.components.spec import load_spec, pool_child_name
+from gpu_k8s.tools.engine import run_program
 from tests.conftest import Mutation, assert_refused_before_any_resource, delete_key, minimal_cluster, set_path
 
 # A gcp/k3s cluster written with GKE's network keys.

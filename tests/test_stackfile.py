@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gpu_k8s.components.configbase import ConfigError
 from gpu_k8s.tools.engine import stack_config
 from gpu_k8s.tools.plan import StackNotFound, main, stack_file

@@ -6,6 +6,10 @@ import ipaddress
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpu_k8s import providers
 from gpu_k8s.components.autoscaler import cluster_scale_down_unneeded_time, go_duration, node_template
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.components.cluster import PlatformTraits, resolve_pools
@@ -18,10 +22,6 @@ from gpu_k8s.providers.aws.eks import EKS_TRAITS, render_kubeconfig
 from gpu_k8s.providers.aws.network import subnet_plan
 from gpu_k8s.providers.aws.nodes import system_ami_type, tag_resource_suffixes
 from gpu_k8s.tools.rent import rent_rows, rent_table
-from hypothesis import given
-from hypothesis import strategies as st
-
-from gpu_k8s import providers
 from tests.conftest import minimal_cluster
 from tests.paths import REPO_ROOT
 

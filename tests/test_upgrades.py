@@ -8,10 +8,10 @@ import copy
 import jsonschema
 import kubernetes_validate
 import pytest
+
 from gpu_k8s.components.k3s import upgrades
 from gpu_k8s.components.spec import SUPPORTED_KUBERNETES_MINORS
 from gpu_k8s.tools.engine import Recording, Registration, run_program
-
 from tests.test_charts import crd_schemas
 
 SERVER_TOLERATIONS = [{"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoExecute"}]

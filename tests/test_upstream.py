@@ -9,8 +9,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from gpu_k8s.tools import upstream as up
 
+from gpu_k8s.tools import upstream as up
 from tests.conftest import upstream
 
 

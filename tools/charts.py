@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from gpu_k8s.components.helm import OCI_SCHEME
 from gpu_k8s.tools.helm import helm_binary
 from gpu_k8s.tools.upstream import UPSTREAM_ROOT

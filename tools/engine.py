@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-from gpu_k8s.components.configbase import CONFIG_NAMESPACE, raise_if_any
-from gpu_k8s.tools import fake_tls
-from gpu_k8s.tools.stackfile import config_key_issues, load_stack_file
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
+
+from gpu_k8s.components.configbase import CONFIG_NAMESPACE, raise_if_any
+from gpu_k8s.tools import fake_tls
+from gpu_k8s.tools.stackfile import config_key_issues, load_stack_file
 
 PROJECT_FILE = "Pulumi.yaml"
 ACCOUNT = "123456789012"

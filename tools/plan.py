@@ -27,6 +27,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from pulumi.output import Unknown
+
 from gpu_k8s.components.configbase import ConfigError
 from gpu_k8s.tools.engine import (
     Project,
@@ -39,7 +41,6 @@ from gpu_k8s.tools.engine import (
     run_program,
     stack_config,
 )
-from pulumi.output import Unknown
 
 SECRET_MARK = "[secret]"
 # A value known only once the resource exists (what `pulumi preview` shows as output<T>).

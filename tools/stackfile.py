@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from gpu_k8s.components.configbase import ConfigError, ConfigIssue
 
 MAX_FILE_BYTES = 1_000_000

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 import yaml
+
 from gpu_k8s.components.spec import TaintSpec
 
 CONFIG_DIR = "/etc/rancher/k3s"

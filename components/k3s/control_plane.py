@@ -10,6 +10,7 @@ from typing import Any
 import pulumi
 import pulumi_random as random
 import pulumi_tls as tls
+
 from gpu_k8s.components.autoscaler import SYSTEM_POOL_NAME
 from gpu_k8s.components.cluster import POOL_LABEL, GpuPool, PlatformTraits
 from gpu_k8s.components.compat import DriverFacts, operator_driver

@@ -25,6 +25,7 @@ from typing import Any
 import pulumi
 import pulumi.dynamic
 import pulumi_kubernetes as k8s
+
 from gpu_k8s.components.kubeconfig import kubernetes_provider
 
 # k3s servers install and start within minutes; a cloud that is slow to hand out GPU-less VMs can take

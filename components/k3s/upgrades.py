@@ -16,6 +16,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
+
 from gpu_k8s.components.manifests import kubernetes_object, resource_name_part
 
 SUC_VERSION = "v0.20.1"

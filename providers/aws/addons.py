@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_aws as aws
+
 from gpu_k8s.components import storage
 from gpu_k8s.providers.aws.iam import EBS_CSI_POLICIES, pod_identity_trust_policy, role_with_policies
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
+
 from gpu_k8s.components.autoscaler import (
     AUTOSCALER_NAMESPACE,
     AUTOSCALER_SERVICE_ACCOUNT,

@@ -8,6 +8,7 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
+
 from gpu_k8s.components.k3s.cloudinit import SnapshotStore
 from gpu_k8s.providers.aws.iam import POLICY_VERSION
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
+
 from gpu_k8s.components.autoscaler import cluster_scale_down_unneeded_time, install_gpu_addons
 from gpu_k8s.components.catalog import Catalog, load_catalog
 from gpu_k8s.components.cluster import GpuCluster, PlatformTraits, platform_issues, resolve_pools

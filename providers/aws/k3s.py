@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
+
 from gpu_k8s.components.autoscaler import (
     SYSTEM_POOL_NAME,
     cluster_scale_down_unneeded_time,

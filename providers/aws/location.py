@@ -8,6 +8,7 @@ import re
 
 import pulumi
 import pulumi_aws as aws
+
 from gpu_k8s.components.configbase import ConfigError, ConfigIssue
 
 # The region names of every AWS partition, and the regions known today, from botocore's endpoint data

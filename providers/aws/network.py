@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
+
 from gpu_k8s.components.spec import NetworkSpec
 
 

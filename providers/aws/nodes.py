@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
+
 from gpu_k8s.components.autoscaler import SYSTEM_POOL_NAME
 from gpu_k8s.components.catalog import MachineType
 from gpu_k8s.components.cluster import POOL_LABEL, GpuPool

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
+
 from gpu_k8s.components.configbase import ConfigIssue, config_path
 from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, NetworkSpec
 

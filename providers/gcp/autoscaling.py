@@ -8,6 +8,7 @@ from typing import Any
 
 import pulumi
 import yaml
+
 from gpu_k8s.components.autoscaler import NodeTemplate
 
 # The label the autoscaler's GCE provider reads as "this node has GPUs" (cloudprovider/gce

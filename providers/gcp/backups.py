@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pulumi
 import pulumi_gcp as gcp
+
 from gpu_k8s.components.k3s.cloudinit import SnapshotStore, etcd_s3_credentials
 from gpu_k8s.providers.gcp.iam import NodeServiceAccount, custom_role
 

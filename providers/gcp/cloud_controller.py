@@ -17,6 +17,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
+
 from gpu_k8s.components.manifests import kubernetes_object, resource_name_part
 
 CCM_VERSION = "v36.3.8"

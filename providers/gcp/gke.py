@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_gcp as gcp
+
 from gpu_k8s.components.catalog import Catalog, load_catalog
 from gpu_k8s.components.cluster import (
     POOL_LABEL,

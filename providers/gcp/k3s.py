@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_gcp as gcp
+
 from gpu_k8s.components.autoscaler import (
     SYSTEM_POOL_NAME,
     cluster_scale_down_unneeded_time,

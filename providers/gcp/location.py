@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterable
 
 import pulumi
+
 from gpu_k8s.components.configbase import ConfigError, ConfigIssue, config_path
 from gpu_k8s.components.spec import GCP_ZONE, ClusterSpec
 

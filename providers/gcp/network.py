@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_gcp as gcp
+
 from gpu_k8s.components.spec import NetworkSpec
 
 PODS_RANGE = "pods"

@@ -21,6 +21,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
+
 from gpu_k8s.components.manifests import kubernetes_object
 
 PD_CSI_VERSION = "v1.26.4"
