@@ -71,9 +71,10 @@ def test_the_wheel_holds_every_module_and_runtime_file(wheel):
             assert inside in names, f"{source.relative_to(REPO_ROOT)} is not in the wheel"
     assert "gpu_k8s/components/data/gpu-catalog.yaml" in names
     assert "gpu_k8s/py.typed" in names
+    dist_info = wheel.name.split("-py3")[0] + ".dist-info"
     # Only the library's import root: no generic top-level names (components, providers, tools) leak out.
-    assert {name.split("/")[0] for name in names} == {"gpu_k8s", wheel.name.split("-py3")[0] + ".dist-info"}
-    entry_points = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-py3')[0]}.dist-info/entry_points.txt")
+    assert {name.split("/")[0] for name in names} == {"gpu_k8s", dist_info}
+    entry_points = zipfile.ZipFile(wheel).read(f"{dist_info}/entry_points.txt")
     assert "gpu-k8s = gpu_k8s.tools.cli:main" in entry_points.decode()
 
 

@@ -20,8 +20,9 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from gpu_k8s.tools.engine import find_project, run_program, stack_config
+from gpu_k8s.tools.engine import Project, find_project, run_program, stack_config
 
 # Prints the Pulumi SDK modules a plan really executed (the SDKs load submodules lazily, so a module
 # object in sys.modules may be a stub that was never run).
@@ -43,28 +44,28 @@ for name in sys.argv[1].split():
 """
 
 
-def _median_seconds(command: list[str], runs: int) -> float:
+def _median_seconds(command: list[str], runs: int, cwd: Path) -> float:
     samples = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run(command, check=True, capture_output=True, cwd=find_project().root)
+        subprocess.run(command, check=True, capture_output=True, cwd=cwd)
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
 
 
-def _config_with_pools(stack: str, count: int) -> dict:
-    config = copy.deepcopy(stack_config(find_project().stack_dir / f"Pulumi.{stack}.yaml"))
+def _config_with_pools(project: Project, stack: str, count: int) -> dict:
+    config = copy.deepcopy(stack_config(project.stack_dir / f"Pulumi.{stack}.yaml", project))
     template = config["gpu-k8s:cluster"]["gpuPools"][0]
     config["gpu-k8s:cluster"]["gpuPools"] = [{**template, "name": f"pool{i}"} for i in range(count)]
     return config
 
 
-def _in_process_seconds(stack: str, pools: int, runs: int) -> float:
-    config = _config_with_pools(stack, pools)
+def _in_process_seconds(project: Project, stack: str, pools: int, runs: int) -> float:
+    config = _config_with_pools(project, stack, pools)
     samples = []
     for _ in range(runs):
         start = time.perf_counter()
-        run_program("bench", config)
+        run_program("bench", config, project=project)
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
 
@@ -74,19 +75,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--stack", default="aws-eks")
     args = parser.parse_args(argv)
+    project = find_project()
 
     modules = subprocess.run(
         [sys.executable, "-c", LOADED_SDK_MODULES, args.stack],
         check=True,
         capture_output=True,
         text=True,
-        cwd=find_project().root,
+        cwd=project.root,
     ).stdout.strip()
-    floor = _median_seconds([sys.executable, "-c", IMPORT_FLOOR, modules], args.runs)
-    whole = _median_seconds([sys.executable, "-m", "gpu_k8s.tools.plan", args.stack], args.runs)
+    floor = _median_seconds([sys.executable, "-c", IMPORT_FLOOR, modules], args.runs, project.root)
+    whole = _median_seconds([sys.executable, "-m", "gpu_k8s.tools.plan", args.stack], args.runs, project.root)
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    run_program("warm-up", _config_with_pools(args.stack, 1))
-    per_pools = {n: _in_process_seconds(args.stack, n, args.runs) for n in (1, 10, 50)}
+    run_program("warm-up", _config_with_pools(project, args.stack, 1), project=project)
+    per_pools = {n: _in_process_seconds(project, args.stack, n, args.runs) for n in (1, 10, 50)}
     per_extra_pool_ms = (per_pools[50] - per_pools[1]) / 49 * 1000
 
     print(f"import floor, {len(modules.split())} SDK modules (median of {args.runs}): {floor:6.2f} s")
