@@ -26,7 +26,7 @@ from gpu_k8s.components.sharing import (
     node_offer,
     resolve_sharing,
 )
-from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, TaintSpec, mig_pools, pool_machine
+from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, TaintSpec, mig_pools
 
 # Every GPU node carries a taint on this key so only pods that ask for GPUs (and tolerate it) land there.
 GPU_TAINT_KEY = "nvidia.com/gpu"
@@ -109,7 +109,7 @@ class GpuPool:
 
 
 def _gpu_model(spec: ClusterSpec, pool: GpuPoolSpec, catalog: Catalog) -> tuple[MachineType, GpuModel]:
-    machine = pool_machine(spec.cloud, pool, catalog)
+    machine = spec.pool_machine(pool, catalog)
     assert machine is not None and machine.gpu_model is not None, "validated by load_spec"
     return machine, machine.gpu_model
 
@@ -200,7 +200,7 @@ def platform_issues(
                 cuda_is_pool_override=pool.cuda is not None,
             )
         )
-    errors, warnings = driver_issues(spec, traits.driver, checks)
+    errors, warnings = driver_issues(spec.addon_versions, traits.driver, checks)
     lockouts = documentation_range_issues(spec) if api_reached_by_cidr else []
     if pulumi.runtime.is_dry_run():
         warnings = [*warnings, *lockouts]

@@ -12,13 +12,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import total_ordering
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from gpu_k8s.components.catalog import GpuModel
-from gpu_k8s.components.configbase import ConfigIssue, config_path
-
-if TYPE_CHECKING:
-    from gpu_k8s.components.spec import ClusterSpec
+from gpu_k8s.components.configbase import ConfigIssue, StrictModel, config_path
 
 DriverOwner = Literal["node-image", "cloud-installer", "gpu-operator"]
 
@@ -181,15 +178,24 @@ class DriverFacts:
         return str(self.version) if self.version is not None else f"chosen by {self.installer or self.owner}"
 
 
-def operator_driver(spec: ClusterSpec) -> DriverVersion:
+class AddonVersions(StrictModel):
+    """`addonVersions`: chart versions; the defaults are the versions the contract tests check the rendered
+    values against."""
+
+    gpu_operator: str = GPU_OPERATOR_CHART_VERSION
+    cluster_autoscaler: str = CLUSTER_AUTOSCALER_CHART_VERSION
+    # The driver the GPU Operator installs, on platforms where it installs one (default: the chart's).
+    nvidia_driver: str | None = None
+
+
+def operator_driver(versions: AddonVersions) -> DriverVersion:
     """The driver the GPU Operator installs: the configured one, else the chart's pinned default."""
-    configured = spec.addon_versions.nvidia_driver
-    return DriverVersion.parse(configured or OPERATOR_RELEASES[spec.addon_versions.gpu_operator].driver)
+    return DriverVersion.parse(versions.nvidia_driver or OPERATOR_RELEASES[versions.gpu_operator].driver)
 
 
-def addon_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
+def addon_issues(versions: AddonVersions) -> Iterable[ConfigIssue]:
     """The GPU Operator release must be one whose bundled components are known and patched."""
-    version = spec.addon_versions.gpu_operator
+    version = versions.gpu_operator
     release = OPERATOR_RELEASES.get(version)
     patched = [v for v, r in OPERATOR_RELEASES.items() if toolkit_is_patched(r.toolkit)]
     if release is None:
@@ -208,7 +214,7 @@ def addon_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
             "(container-escape CVEs: CVE-2024-0132 fixed in 1.16.2, CVE-2025-23266 in 1.17.8)",
             f"use {patched[-1]} or newer; the default is {GPU_OPERATOR_CHART_VERSION}",
         )
-    autoscaler = spec.addon_versions.cluster_autoscaler
+    autoscaler = versions.cluster_autoscaler
     if not CHART_VERSION.fullmatch(autoscaler):
         yield ConfigIssue(
             config_path("addonVersions", "clusterAutoscaler"),
@@ -216,7 +222,7 @@ def addon_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
             "not a chart version (Helm charts carry SemVer 2 versions)",
             f'write a cluster-autoscaler chart release, e.g. "{CLUSTER_AUTOSCALER_CHART_VERSION}"',
         )
-    driver = spec.addon_versions.nvidia_driver
+    driver = versions.nvidia_driver
     if driver is not None and not re.fullmatch(r"\d{3}\.\d+(\.\d+)?", driver):
         yield ConfigIssue(
             config_path("addonVersions", "nvidiaDriver"),
@@ -244,16 +250,16 @@ class PoolDriverCheck:
 
 
 def driver_issues(
-    spec: ClusterSpec, driver: DriverFacts, pools: Iterable[PoolDriverCheck]
+    versions: AddonVersions, driver: DriverFacts, pools: Iterable[PoolDriverCheck]
 ) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
     """(errors, warnings) for the pools of a cluster whose GPU nodes run `driver`."""
     errors: list[ConfigIssue] = []
     warnings: list[ConfigIssue] = []
-    if spec.addon_versions.nvidia_driver is not None and driver.owner != "gpu-operator":
+    if versions.nvidia_driver is not None and driver.owner != "gpu-operator":
         errors.append(
             ConfigIssue(
                 config_path("addonVersions", "nvidiaDriver"),
-                spec.addon_versions.nvidia_driver,
+                versions.nvidia_driver,
                 f"the GPU Operator does not install this platform's driver (its GPU nodes run "
                 f"{driver.describe()})",
                 "remove addonVersions.nvidiaDriver",

@@ -6,23 +6,30 @@ The names imported here are the stable public API (README.md "Extend"); modules 
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
+
 import pulumi
 
 from gpu_k8s.components.cluster import GpuCluster, PlatformTraits
 from gpu_k8s.components.configbase import ConfigError, ConfigIssue, stack_cluster_config
 from gpu_k8s.components.outputs import stack_outputs
-from gpu_k8s.components.spec import ClusterSpec, load_spec
-from gpu_k8s.providers import builder_for
+from gpu_k8s.components.spec import ClusterSpec, Platform, load_spec, platform_of, register_platform
+
+# Registers the platforms this package builds (aws/eks, aws/k3s, gcp/gke, gcp/k3s).
+import gpu_k8s.providers  # noqa: F401  isort: skip
 
 __all__ = [
     "ClusterSpec",
     "ConfigError",
     "ConfigIssue",
     "GpuCluster",
+    "Platform",
     "PlatformTraits",
     "build_cluster",
     "deploy_stack",
     "load_spec",
+    "register_platform",
     "stack_cluster_config",
     "stack_outputs",
 ]
@@ -30,7 +37,9 @@ __all__ = [
 
 def build_cluster(spec: ClusterSpec) -> GpuCluster:
     """Every resource of the spec's platform (network, cluster, GPU pools, GPU Operator, CSI, autoscaler)."""
-    return builder_for(spec)(spec)
+    module_name, function_name = platform_of(spec).build.split(":")
+    build: Callable[[ClusterSpec], GpuCluster] = getattr(importlib.import_module(module_name), function_name)
+    return build(spec)
 
 
 def deploy_stack() -> GpuCluster:

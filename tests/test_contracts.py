@@ -18,6 +18,7 @@ import yaml
 
 from gpu_k8s.components.autoscaler import COMMON_FLAGS
 from gpu_k8s.components.catalog import load_catalog
+from gpu_k8s.components.compat import CLUSTER_AUTOSCALER_CHART_VERSION, GPU_OPERATOR_CHART_VERSION
 from gpu_k8s.components.sharing import (
     BALANCED_LAYOUTS,
     MIG_PROFILE,
@@ -27,11 +28,7 @@ from gpu_k8s.components.sharing import (
     builtin_layouts,
     mig_layout,
 )
-from gpu_k8s.components.spec import (
-    CLUSTER_AUTOSCALER_CHART_VERSION,
-    GPU_OPERATOR_CHART_VERSION,
-    SUPPORTED_KUBERNETES_MINORS,
-)
+from gpu_k8s.components.spec import SUPPORTED_KUBERNETES_MINORS
 from gpu_k8s.providers.aws.addons import default_storage_class_manifest
 from tests.conftest import some, upstream, upstream_yaml, venv_tool
 from tests.paths import REPO_ROOT
@@ -776,8 +773,9 @@ def test_gke_api_check_catches_unknown_fields_and_values(gke_schemas):
 
 def test_gke_enums_we_offer_in_the_config_are_the_apis(gke_schemas):
     """The config's own choices map onto the API's enums (all of them, not only the example's)."""
-    from gpu_k8s.components.spec import TAINT_EFFECT_API_NAMES, GkeSpec
+    from gpu_k8s.components.spec import TAINT_EFFECT_API_NAMES
     from gpu_k8s.providers.gcp.gke import DRIVER_CHANNEL
+    from gpu_k8s.providers.gcp.settings import GkeSpec
 
     channels = GkeSpec.model_fields["release_channel"].annotation.__args__  # type: ignore[union-attr]
     assert set(channels) <= set(gke_schemas["ReleaseChannel"]["properties"]["channel"]["enum"])

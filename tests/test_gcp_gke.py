@@ -10,7 +10,7 @@ import pytest
 
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.components.configbase import ConfigError
-from gpu_k8s.components.spec import load_spec, pool_machine
+from gpu_k8s.components.spec import load_spec
 from gpu_k8s.providers.gcp.gke import system_node_layout
 from gpu_k8s.tools.engine import Recording, Registration, Secret, run_program
 from tests.conftest import Mutation, assert_refused_before_any_resource, delete_key, set_path
@@ -382,7 +382,7 @@ def test_latest_driver_channel_and_hyperdisk_for_series_without_pd(gcp_gke_confi
 def test_a_valid_n1_attachment_resolves_to_the_catalog_gpu(gcp_gke_config):
     spec = load_spec(gcp_gke_config["gpu-k8s:cluster"])
     (t4,) = [pool for pool in spec.gpu_pools if pool.name == "t4"]
-    machine = pool_machine("gcp", t4, load_catalog())
+    machine = spec.pool_machine(t4, load_catalog())
     assert machine is not None and machine.gpu_model is not None
     # n1-standard-8: 8 vCPUs at 3.75 GB each, two attached T4s.
     assert (machine.gpu_model.id, machine.gpu_count, machine.vcpu, machine.memory_gib) == (

@@ -13,7 +13,8 @@ import pytest
 from botocore.loaders import Loader
 
 from gpu_k8s.components.configbase import MAX_API_INTEGER, ConfigError
-from gpu_k8s.components.spec import K3S_RELEASES, load_spec
+from gpu_k8s.components.k3s.settings import K3S_RELEASES
+from gpu_k8s.components.spec import load_spec
 from gpu_k8s.providers.aws.location import KNOWN_REGIONS, REGION_PATTERNS, region_issue
 from gpu_k8s.providers.gcp.location import location_issues
 from gpu_k8s.tools.engine import stack_config

@@ -303,7 +303,7 @@ def _check(model=H100, cuda: str | None = "12.8", uses_mig: bool = False) -> Poo
 )
 def test_operator_installed_driver_rules(minimal_spec, driver, check, errors, warnings):
     found_errors, found_warnings = driver_issues(
-        minimal_spec, DriverFacts("gpu-operator", DriverVersion.parse(driver)), [check]
+        minimal_spec.addon_versions, DriverFacts("gpu-operator", DriverVersion.parse(driver)), [check]
     )
     assert len(found_errors) == (1 if errors else 0), found_errors
     assert len(found_warnings) == (1 if warnings else 0), found_warnings
@@ -328,7 +328,7 @@ def test_operator_installed_driver_rules(minimal_spec, driver, check, errors, wa
 )
 def test_a_driver_known_only_by_branch_warns_on_same_branch_minimums(minimal_spec, check, warned):
     errors, warnings = driver_issues(
-        minimal_spec, DriverFacts("node-image", DriverVersion.parse("580")), [check]
+        minimal_spec.addon_versions, DriverFacts("node-image", DriverVersion.parse("580")), [check]
     )
     assert errors == []
     if warned is None:

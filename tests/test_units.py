@@ -9,14 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_k8s import providers
 from gpu_k8s.components.autoscaler import cluster_scale_down_unneeded_time, go_duration, node_template
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.components.cluster import PlatformTraits, resolve_pools
 from gpu_k8s.components.compat import DriverFacts, DriverVersion, operator_driver
 from gpu_k8s.components.configbase import ConfigError
 from gpu_k8s.components.gpu_operator import operator_values
-from gpu_k8s.components.spec import load_spec
+from gpu_k8s.components.spec import PLATFORMS, load_spec
 from gpu_k8s.providers.aws.autoscaling import scale_from_zero_tags
 from gpu_k8s.providers.aws.eks import EKS_TRAITS, render_kubeconfig
 from gpu_k8s.providers.aws.network import subnet_plan
@@ -170,17 +169,20 @@ def test_rent_table_rows_follow_the_hardware():
 
 
 def test_the_operator_installs_the_charts_driver_unless_one_is_configured(cluster_raw):
-    assert str(operator_driver(load_spec(cluster_raw))) == "595.91.07"
+    assert str(operator_driver(load_spec(cluster_raw).addon_versions)) == "595.91.07"
     cluster_raw["addonVersions"] = {"gpuOperator": "v26.3.3"}
-    assert str(operator_driver(load_spec(cluster_raw))) == "580.126.20"
+    assert str(operator_driver(load_spec(cluster_raw).addon_versions)) == "580.126.20"
     cluster_raw["addonVersions"]["nvidiaDriver"] = "580.105.08"
-    assert str(operator_driver(load_spec(cluster_raw))) == "580.105.08"
+    assert str(operator_driver(load_spec(cluster_raw).addon_versions)) == "580.105.08"
 
 
-def test_a_platform_missing_from_the_registry_is_named_with_the_built_ones(monkeypatch):
-    spec = load_spec(minimal_cluster(kind="k3s", kubernetesVersion="1.36"))
-    monkeypatch.setattr(providers, "REGISTRY", {("aws", "eks"): "gpu_k8s.providers.aws.eks:build"})
+def test_a_platform_missing_from_the_registry_is_named_with_the_registered_ones(monkeypatch):
+    monkeypatch.delitem(PLATFORMS, ("aws", "k3s"))
     with pytest.raises(ConfigError) as caught:
-        providers.builder_for(spec)
-    assert "aws/k3s" in str(caught.value) and "not yet supported" in str(caught.value)
-    assert "aws/eks" in str(caught.value)
+        load_spec(minimal_cluster(kind="k3s", kubernetesVersion="1.36"))
+    (issue,) = caught.value.issues
+    assert (issue.path, issue.problem, issue.fix) == (
+        "gpu-k8s:cluster.kind",
+        "does not exist on aws",
+        "use one of: eks",
+    )

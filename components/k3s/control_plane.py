@@ -26,17 +26,17 @@ from gpu_k8s.components.k3s.cloudinit import (
     server_secret_payload,
 )
 from gpu_k8s.components.k3s.pki import K3sPki
+from gpu_k8s.components.k3s.settings import K3sClusterSpec
 from gpu_k8s.components.kubeconfig import client_certificate_kubeconfig
-from gpu_k8s.components.spec import ClusterSpec
 
 CONTAINERD_SOCKET = "/run/k3s/containerd/containerd.sock"
 
 
-def k3s_traits(spec: ClusterSpec, accelerator_label: str) -> PlatformTraits:
+def k3s_traits(spec: K3sClusterSpec, accelerator_label: str) -> PlatformTraits:
     """GPUs on k3s over a plain Ubuntu image: the GPU Operator installs driver and toolkit, and talks to
     k3s's own containerd (REFERENCE.md 2c)."""
     return PlatformTraits(
-        driver=DriverFacts(owner="gpu-operator", version=operator_driver(spec)),
+        driver=DriverFacts(owner="gpu-operator", version=operator_driver(spec.addon_versions)),
         toolkit_preinstalled=False,
         accelerator_label=accelerator_label,
         containerd_socket=CONTAINERD_SOCKET,
@@ -50,7 +50,7 @@ def agent_taints(pool: GpuPool) -> list[str]:
 
 
 def server_user_data(
-    spec: ClusterSpec,
+    spec: K3sClusterSpec,
     secret_name: pulumi.Output[str],
     tls_sans: Sequence[pulumi.Output[str]],
     peer_urls: Sequence[pulumi.Output[str]],

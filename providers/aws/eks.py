@@ -17,7 +17,7 @@ from gpu_k8s.components.cluster import GpuCluster, PlatformTraits, platform_issu
 from gpu_k8s.components.compat import DriverFacts, DriverVersion
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
-from gpu_k8s.components.spec import ClusterSpec, pool_child_name
+from gpu_k8s.components.spec import pool_child_name
 from gpu_k8s.components.storage import default_storage_class
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
@@ -45,6 +45,7 @@ from gpu_k8s.providers.aws.nodes import (
     node_group_resource_name,
     system_node_group,
 )
+from gpu_k8s.providers.aws.settings import EksClusterSpec
 from gpu_k8s.providers.aws.zones import ZonePlan, zone_issues, zone_plan
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
@@ -95,7 +96,7 @@ def _admin_issues(admins: Sequence[str]) -> Iterable[ConfigIssue]:
         seen.add(arn)
 
 
-def eks_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
+def eks_issues(spec: EksClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
     """What the generic validation cannot know: EKS's node group name limit, which GPU types the EKS NVIDIA
     AMIs cover, and the admin principals."""
     yield from _admin_issues(spec.eks.admins)
@@ -158,7 +159,7 @@ def render_kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: st
 
 @dataclass(frozen=True)
 class EksClusterArgs:
-    spec: ClusterSpec
+    spec: EksClusterSpec
     region: str
     catalog: Catalog
     zones: ZonePlan
@@ -329,7 +330,7 @@ class EksCluster(pulumi.ComponentResource):
         )
 
 
-def build(spec: ClusterSpec) -> GpuCluster:
+def build(spec: EksClusterSpec) -> GpuCluster:
     """Everything `pulumi up -s aws-eks` creates; validation runs before the first resource."""
     catalog = load_catalog()
     region = region_from_config()

@@ -37,7 +37,7 @@ from gpu_k8s.components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore,
 from gpu_k8s.components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
 from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades
-from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, pool_child_name
+from gpu_k8s.components.spec import GpuPoolSpec, pool_child_name
 from gpu_k8s.components.storage import default_storage_class
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
@@ -66,6 +66,7 @@ from gpu_k8s.providers.aws.nodes import (
     cpu_arch,
     launch_tag_specifications,
 )
+from gpu_k8s.providers.aws.settings import Ec2K3sClusterSpec
 from gpu_k8s.providers.aws.zones import ZonePlan, zone_issues, zone_plan
 
 CAPACITY_LABEL = "gpu-k8s.io/capacity-type"
@@ -121,7 +122,7 @@ ETCD_PORTS = (2379, 2380)
 AUTO_DISCOVERY_TAG = "k8s.io/cluster-autoscaler/enabled"
 
 
-def aws_k3s_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
+def aws_k3s_issues(spec: Ec2K3sClusterSpec) -> Iterable[ConfigIssue]:
     """The API load balancer is internet-facing: an existing VPC must name public subnets for it."""
     if not spec.network.creates_vpc and not spec.network.public_subnet_ids:
         yield ConfigIssue(
@@ -310,7 +311,7 @@ def _egress_to_servers(
 
 @dataclass(frozen=True)
 class AwsK3sClusterArgs:
-    spec: ClusterSpec
+    spec: Ec2K3sClusterSpec
     region: str
     traits: PlatformTraits
     pools: tuple[GpuPool, ...]
@@ -494,7 +495,9 @@ class AwsK3sCluster(pulumi.ComponentResource):
         )
         self.register_outputs({"apiEndpoint": api_host, "kubeconfig": control_plane.kubeconfig})
 
-    def _security_groups(self, name: str, spec: ClusterSpec, vpc_id: pulumi.Input[str]) -> SecurityGroups:
+    def _security_groups(
+        self, name: str, spec: Ec2K3sClusterSpec, vpc_id: pulumi.Input[str]
+    ) -> SecurityGroups:
         """Exactly the k3s ports, between the cluster's own nodes; the API also from the admin CIDRs,
         through the load balancer. Nothing is open to the internet."""
         child = pulumi.ResourceOptions(parent=self)
@@ -566,7 +569,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         )
 
     def _server_interfaces(
-        self, name: str, spec: ClusterSpec, network: Network, groups: SecurityGroups
+        self, name: str, spec: Ec2K3sClusterSpec, network: Network, groups: SecurityGroups
     ) -> list[aws.ec2.NetworkInterface]:
         """One network interface per server: its address outlives the instance, so the other servers, the
         balancers and a replacement keep finding the server there."""
@@ -636,7 +639,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
     def _servers(
         self,
         name: str,
-        spec: ClusterSpec,
+        spec: Ec2K3sClusterSpec,
         interfaces: Sequence[aws.ec2.NetworkInterface],
         role: GrantedRole,
         secret: aws.secretsmanager.Secret,
@@ -702,7 +705,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
     def _gpu_pool(
         self,
         name: str,
-        spec: ClusterSpec,
+        spec: Ec2K3sClusterSpec,
         pool: GpuPool,
         network: Network,
         groups: SecurityGroups,
@@ -798,7 +801,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         ]
 
 
-def build(spec: ClusterSpec) -> GpuCluster:
+def build(spec: Ec2K3sClusterSpec) -> GpuCluster:
     """Everything `pulumi up -s aws-k3s` creates; validation runs before the first resource."""
     catalog = load_catalog()
     region = region_from_config()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from gpu_k8s.components.spec import NetworkSpec
+from gpu_k8s.providers.aws.settings import AwsNetwork
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Network(pulumi.ComponentResource):
         self,
         name: str,
         cluster_name: str,
-        spec: NetworkSpec,
+        spec: AwsNetwork,
         region: str,
         zone_names: Sequence[str],
         opts: pulumi.ResourceOptions | None = None,

@@ -14,7 +14,8 @@ import pulumi
 import pulumi_aws as aws
 
 from gpu_k8s.components.configbase import ConfigIssue, config_path
-from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, NetworkSpec
+from gpu_k8s.components.spec import GpuPoolSpec
+from gpu_k8s.providers.aws.settings import AwsClusterSpec, AwsNetwork
 
 # Zone IDs whose subnets EKS refuses for a cluster: use1-az3 is the known case (cloudposse's EKS component
 # changelog 1.203.0, eksctl#817); usw1-az2 and cac1-az3 are named next to it in the review of this stack
@@ -28,7 +29,7 @@ class Zone:
     zone_id: str
 
 
-def cluster_zones(network: NetworkSpec, invoke: pulumi.InvokeOptions) -> list[Zone]:
+def cluster_zones(network: AwsNetwork, invoke: pulumi.InvokeOptions) -> list[Zone]:
     """The zones of the cluster's private subnets, in subnet order: the first `availabilityZones` default
     zones EKS supports for a new VPC, or the zones of the given subnets."""
     if not network.creates_vpc:
@@ -86,7 +87,7 @@ class ZonePlan:
     type_zones: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
-def zone_plan(spec: ClusterSpec, invoke: pulumi.InvokeOptions) -> ZonePlan:
+def zone_plan(spec: AwsClusterSpec, invoke: pulumi.InvokeOptions) -> ZonePlan:
     zones = tuple(cluster_zones(spec.network, invoke))
     blocks = {
         pool.name: capacity_block(pool.capacity_reservation_id, invoke)
@@ -114,7 +115,7 @@ def zone_plan(spec: ClusterSpec, invoke: pulumi.InvokeOptions) -> ZonePlan:
     return ZonePlan(zones, pool_zones, blocks, type_zones)
 
 
-def zone_issues(spec: ClusterSpec, plan: ZonePlan) -> Iterable[ConfigIssue]:
+def zone_issues(spec: AwsClusterSpec, plan: ZonePlan) -> Iterable[ConfigIssue]:
     """Too few zones for the cluster, and GPU pools whose type none of the cluster's zones offers."""
     zones = plan.zones
     if len(zones) < spec.network.availability_zones and spec.network.creates_vpc:

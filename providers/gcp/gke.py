@@ -26,19 +26,13 @@ from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
 from gpu_k8s.components.sharing import SharingSpec
-from gpu_k8s.components.spec import (
-    TAINT_EFFECT_API_NAMES,
-    ClusterSpec,
-    GkeSpec,
-    SystemPoolSpec,
-    TaintSpec,
-    pool_child_name,
-)
+from gpu_k8s.components.spec import TAINT_EFFECT_API_NAMES, SystemPoolSpec, TaintSpec, pool_child_name
 from gpu_k8s.providers.gcp.iam import KMS_ENCRYPTER, NodeServiceAccount, gke_service_agent
 from gpu_k8s.providers.gcp.location import project_and_region, zone_issues
 from gpu_k8s.providers.gcp.machines import CLOUD_PLATFORM_SCOPE, boot_disk_type, system_pool_issues
 from gpu_k8s.providers.gcp.network import Network
 from gpu_k8s.providers.gcp.services import enabled_services
+from gpu_k8s.providers.gcp.settings import GkeClusterSpec, GkeSpec
 
 # GKE's managed driver install is finished by an init container of GKE's own device-plugin DaemonSet, so
 # GKE's plugin stays on (never the `gke-no-default-nvidia-gpu-device-plugin` label: a labelled pool with the
@@ -84,7 +78,7 @@ FILESTORE_API = "file.googleapis.com"
 CLUSTER_IGNORED_CHANGES = ("nodeConfig",)
 
 
-def gke_traits(spec: ClusterSpec) -> PlatformTraits:
+def gke_traits(spec: GkeClusterSpec) -> PlatformTraits:
     """How GKE runs GPUs: Google's installer owns the driver; the operator adds toolkit and device plugin."""
     minor = tuple(int(part) for part in spec.kubernetes_version.split("."))
     return PlatformTraits(
@@ -131,7 +125,7 @@ def accelerator_sharing(pool: GpuPool) -> dict[str, object]:
 
 
 def gke_issues(
-    spec: ClusterSpec, catalog: Catalog, region: str, pools: Sequence[GpuPool]
+    spec: GkeClusterSpec, catalog: Catalog, region: str, pools: Sequence[GpuPool]
 ) -> Iterable[ConfigIssue]:
     """What the generic validation cannot know: zones of the region, GKE's names and limits, and what GKE's
     own autoscaler can plan for."""
@@ -176,7 +170,7 @@ def _control_plane_issues(gke: GkeSpec, region: str) -> Iterable[ConfigIssue]:
         )
 
 
-def _control_plane_range_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
+def _control_plane_range_issues(spec: GkeClusterSpec) -> Iterable[ConfigIssue]:
     """The control plane's /28 is peered into the VPC: it must not share addresses with the subnet's node,
     pod or service ranges this stack creates."""
     try:
@@ -230,7 +224,7 @@ def _maintenance_issues(gke: GkeSpec) -> Iterable[ConfigIssue]:
             )
 
 
-def _node_pool_issues(spec: ClusterSpec, pools: Sequence[GpuPool]) -> Iterable[ConfigIssue]:
+def _node_pool_issues(spec: GkeClusterSpec, pools: Sequence[GpuPool]) -> Iterable[ConfigIssue]:
     for index, pool in enumerate(pools):
         path = functools.partial(config_path, "gpuPools", index)
         resource_name = pool_child_name(spec.name, pool.spec.name)
@@ -370,7 +364,7 @@ def node_config(
 
 @dataclass(frozen=True)
 class GkeClusterArgs:
-    spec: ClusterSpec
+    spec: GkeClusterSpec
     project: str
     region: str
     traits: PlatformTraits
@@ -639,7 +633,7 @@ class GkeCluster(pulumi.ComponentResource):
         )
 
 
-def build(spec: ClusterSpec) -> GpuCluster:
+def build(spec: GkeClusterSpec) -> GpuCluster:
     """Everything `pulumi up -s gcp-gke` creates; validation runs before the first resource."""
     catalog = load_catalog()
     project, region = project_and_region()

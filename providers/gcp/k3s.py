@@ -34,7 +34,7 @@ from gpu_k8s.components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore,
 from gpu_k8s.components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
 from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades
-from gpu_k8s.components.spec import ClusterSpec, pool_child_name
+from gpu_k8s.components.spec import pool_child_name
 from gpu_k8s.components.storage import default_storage_class, default_storage_class_manifest
 from gpu_k8s.providers.gcp.autoscaling import (
     ACCELERATOR_LABEL,
@@ -67,6 +67,7 @@ from gpu_k8s.providers.gcp.machines import (
 from gpu_k8s.providers.gcp.network import Network
 from gpu_k8s.providers.gcp.pd_csi import PROVISIONER, PdCsiDriver, custom_role_permissions, pd_csi_manifests
 from gpu_k8s.providers.gcp.services import enabled_services
+from gpu_k8s.providers.gcp.settings import GceK3sClusterSpec
 
 REQUIRED_APIS = ("compute.googleapis.com", "iam.googleapis.com", "secretmanager.googleapis.com")
 FLANNEL_VXLAN_PORT = 8472
@@ -105,7 +106,7 @@ LONGEST_SERVER_URL = f"https://255.255.255.255:{API_PORT}"
 LONGEST_SECRET_NAME = f"projects/{'p' * 30}/secrets/{'s' * 255}"
 
 
-def gcp_k3s_issues(spec: ClusterSpec, region: str) -> Iterable[ConfigIssue]:
+def gcp_k3s_issues(spec: GceK3sClusterSpec, region: str) -> Iterable[ConfigIssue]:
     """Zones of the region, names Compute Engine takes, and one zone per GPU pool (a zonal group)."""
     yield from zone_issues(spec, region)
     for index, pool in enumerate(spec.gpu_pools):
@@ -128,7 +129,7 @@ def gcp_k3s_issues(spec: ClusterSpec, region: str) -> Iterable[ConfigIssue]:
             )
 
 
-def agent_user_data(spec: ClusterSpec, pool: GpuPool, server_url: str, secret_name: str) -> str:
+def agent_user_data(spec: GceK3sClusterSpec, pool: GpuPool, server_url: str, secret_name: str) -> str:
     """The cloud-init document a GPU agent of the pool boots from."""
     return agent_cloud_config(
         AgentNode(
@@ -150,7 +151,7 @@ def agent_metadata(pool: GpuPool, cluster_unneeded_time: str) -> dict[str, str]:
     return {KUBE_ENV_KEY: kube_env(template, gce_arch(pool.machine.name)), **NODE_ACCESS_METADATA}
 
 
-def metadata_issues(spec: ClusterSpec, pools: Sequence[GpuPool]) -> Iterable[ConfigIssue]:
+def metadata_issues(spec: GceK3sClusterSpec, pools: Sequence[GpuPool]) -> Iterable[ConfigIssue]:
     """A pool whose labels and taints would make its instance template's metadata too large to create: they
     are in the user data (k3s flags) and in the autoscaler's template. Measured with the longest server URL
     and secret name the program can produce."""
@@ -171,12 +172,12 @@ def metadata_issues(spec: ClusterSpec, pools: Sequence[GpuPool]) -> Iterable[Con
             )
 
 
-def instance_base_name(spec: ClusterSpec, pool_name: str) -> str:
+def instance_base_name(spec: GceK3sClusterSpec, pool_name: str) -> str:
     """The prefix of the pool's VM names (the group appends "-" and four random characters)."""
     return f"{spec.name}-{pool_name}"
 
 
-def pool_zone(spec: ClusterSpec, pool: GpuPool) -> str:
+def pool_zone(spec: GceK3sClusterSpec, pool: GpuPool) -> str:
     """The pool's own zone, or the network's first: GPU models differ by zone, so name it when it matters."""
     return (pool.spec.zones or spec.network.zones)[0]
 
@@ -208,7 +209,7 @@ class GpuGroup:
 
 @dataclass(frozen=True)
 class GcpK3sClusterArgs:
-    spec: ClusterSpec
+    spec: GceK3sClusterSpec
     project: str
     region: str
     traits: PlatformTraits
@@ -387,7 +388,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
         )
         self.register_outputs({"apiEndpoint": api_address.address, "kubeconfig": control_plane.kubeconfig})
 
-    def _firewall(self, name: str, spec: ClusterSpec, network: Network, identities: Identities) -> None:
+    def _firewall(self, name: str, spec: GceK3sClusterSpec, network: Network, identities: Identities) -> None:
         """Exactly the k3s ports, between the cluster's service accounts; the API also from the admin CIDRs
         and the load balancer's health checks. Compute Engine denies all other ingress."""
         servers, agents = identities.servers.email, identities.agents.email
@@ -758,7 +759,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
         return grants
 
 
-def build(spec: ClusterSpec) -> GpuCluster:
+def build(spec: GceK3sClusterSpec) -> GpuCluster:
     """Everything `pulumi up -s gcp-k3s` creates; validation runs before the first resource."""
     catalog = load_catalog()
     project, region = project_and_region()

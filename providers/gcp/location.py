@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import pulumi
 
 from gpu_k8s.components.configbase import ConfigError, ConfigIssue, config_path
-from gpu_k8s.components.spec import GCP_ZONE, ClusterSpec
+from gpu_k8s.providers.gcp.settings import GCP_ZONE, GcpClusterSpec
 
 # Project IDs: 6-30 lowercase letters, digits and hyphens, starting with a letter, not ending with a hyphen
 # (Resource Manager, "Creating and managing projects"); older projects may carry a domain prefix
@@ -50,7 +50,7 @@ def project_and_region() -> tuple[str, str]:
     return project, region
 
 
-def zone_issues(spec: ClusterSpec, region: str) -> Iterable[ConfigIssue]:
+def zone_issues(spec: GcpClusterSpec, region: str) -> Iterable[ConfigIssue]:
     """Every zone the spec names (network and pools) must be a zone of `region`."""
     named = [(("network", "zones", i), zone) for i, zone in enumerate(spec.network.zones)] + [
         (("gpuPools", p, "zones", i), zone)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from gpu_k8s.components.catalog import Catalog
 from gpu_k8s.components.configbase import ConfigIssue, config_path
-from gpu_k8s.components.spec import ClusterSpec
+from gpu_k8s.providers.gcp.settings import GcpClusterSpec
 
 GCE_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9]+(-[a-z0-9]+)*$")
 BALANCED_PD = "pd-balanced"
@@ -38,7 +38,7 @@ def ubuntu_image(machine_type: str) -> str:
     return UBUNTU_IMAGE_FAMILY.format(arch=gce_arch(machine_type))
 
 
-def system_pool_issues(spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
+def system_pool_issues(spec: GcpClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
     """The system pool runs add-ons (and on k3s the servers): a Compute Engine CPU machine type."""
     system = spec.system_pool.instance_type
     well_formed = GCE_MACHINE_TYPE.match(system) is not None

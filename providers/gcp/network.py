@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_gcp as gcp
 
-from gpu_k8s.components.spec import NetworkSpec
+from gpu_k8s.providers.gcp.settings import GcpNetwork
 
 PODS_RANGE = "pods"
 SERVICES_RANGE = "services"
@@ -28,7 +28,7 @@ class Network(pulumi.ComponentResource):
         self,
         name: str,
         cluster_name: str,
-        spec: NetworkSpec,
+        spec: GcpNetwork,
         region: str,
         after: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,

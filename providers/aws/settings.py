@@ -1,0 +1,220 @@
+"""What only AWS stacks configure: the VPC (new or existing), the `eks` section, and the AWS rules for pools
+(several instance types, EC2 Capacity Blocks) and the system pool. Registered in `platforms.py`."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Iterable
+from typing import Annotated
+
+from pydantic import Field
+
+from gpu_k8s.components.catalog import Catalog, MachineType
+from gpu_k8s.components.configbase import ConfigIssue, StrictModel, config_path
+from gpu_k8s.components.k3s.settings import K3sClusterSpec, overlay_issues
+from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, NetworkSettings, cidr_issue, unicast_issue
+
+AWS_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+# EC2 capacity reservation IDs: "cr-" and 17 hexadecimal digits (cr-02168da1478b509e0 in the EKS user guide,
+# "Create a managed node group with Capacity Blocks for ML").
+CAPACITY_RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
+# EC2 resource IDs: the prefix and 8 or (since 2018) 17 hexadecimal digits.
+AWS_VPC_ID = re.compile(r"vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})")
+AWS_SUBNET_ID = re.compile(r"subnet-(?:[0-9a-f]{8}|[0-9a-f]{17})")
+
+
+class AwsNetwork(NetworkSettings):
+    """A new VPC (`cidr` + `availabilityZones`) or an existing one (`vpcId` + subnet ids)."""
+
+    cidr: str | None = None
+    availability_zones: Annotated[int, Field(ge=2, le=6)] = 3
+    # One NAT gateway for all zones instead of one per zone: cheaper, but a zone outage cuts egress.
+    single_nat_gateway: bool = False
+    vpc_id: str | None = None
+    private_subnet_ids: tuple[str, ...] = ()
+    public_subnet_ids: tuple[str, ...] = ()
+
+    @property
+    def creates_vpc(self) -> bool:
+        return self.vpc_id is None
+
+
+class EksSpec(StrictModel):
+    """Settings only EKS has."""
+
+    # EKS refuses to delete the cluster until this is false and applied.
+    deletion_protection: bool = True
+    # IAM roles and users (ARNs) that get cluster-admin. Empty: whoever runs `pulumi up` (its role), which
+    # changes when CI and a person take turns.
+    admins: tuple[str, ...] = ()
+
+
+class AwsClusterSpec(ClusterSpec):
+    """What every AWS platform configures and checks the same way."""
+
+    network: AwsNetwork
+
+    def network_issues(self) -> Iterable[ConfigIssue]:
+        yield from _vpc_issues(self.network)
+
+    def system_pool_issues(self) -> Iterable[ConfigIssue]:
+        if not AWS_INSTANCE_TYPE.match(self.system_pool.instance_type):
+            yield ConfigIssue(
+                config_path("systemPool", "instanceType"),
+                self.system_pool.instance_type,
+                "not an EC2 instance type name",
+                "use a type like m7i.large",
+            )
+
+    def capacity_block_issues(self, where: str, pool: GpuPoolSpec) -> Iterable[ConfigIssue]:
+        block = pool.capacity_reservation_id
+        if not CAPACITY_RESERVATION_ID.fullmatch(block or ""):
+            yield ConfigIssue(
+                where,
+                block,
+                "not a capacity reservation ID",
+                "use the Capacity Block's reservation ID, e.g. cr-02168da1478b509e0 (aws ec2 "
+                "describe-capacity-reservations --filters Name=reservation-type,Values=capacity-block)",
+            )
+
+    def extra_type_issues(
+        self, path: Callable[..., str], pool: GpuPoolSpec, catalog: Catalog
+    ) -> Iterable[ConfigIssue]:
+        """More instance types for a pool: same GPUs and architecture, at least the first type's size."""
+        if pool.capacity_reservation_id is not None:
+            yield ConfigIssue(
+                path("extraInstanceTypes"),
+                list(pool.extra_instance_types),
+                "a pool in a Capacity Block launches the block's instance type only",
+                "remove it, or capacityReservationId",
+            )
+        first = catalog.machine_type("aws", pool.instance_type)
+        seen = {pool.instance_type}
+        for index, name in enumerate(pool.extra_instance_types):
+            where = path("extraInstanceTypes", index)
+            machine = catalog.machine_type("aws", name)
+            if name in seen:
+                yield ConfigIssue(where, name, "listed twice (or is the pool's instanceType)", "list it once")
+                continue
+            seen.add(name)
+            if machine is None:
+                hint = ", ".join(catalog.nearest_gpu_types("aws", name))
+                yield ConfigIssue(
+                    where, name, "not a GPU type of aws in the catalog", f"did you mean one of: {hint}?"
+                )
+            elif first is None:  # the pool's instanceType is refused already
+                continue
+            elif _gpus(machine) != _gpus(first):
+                yield ConfigIssue(
+                    where,
+                    name,
+                    f"has {machine.gpu_count} x {_model_name(machine)} ({machine.arch}), not the "
+                    f"{first.gpu_count} x {_model_name(first)} ({first.arch}) of {pool.instance_type}",
+                    "list only types with the same GPUs and CPU architecture; make another pool for others",
+                )
+            elif (machine.vcpu or 0) < (first.vcpu or 0) or (machine.memory_gib or 0) < (
+                first.memory_gib or 0
+            ):
+                yield ConfigIssue(
+                    where,
+                    name,
+                    f"is smaller than {pool.instance_type} ({machine.vcpu} vCPUs and "
+                    f"{machine.memory_gib} GiB against {first.vcpu} and {first.memory_gib}): the autoscaler "
+                    "would plan pods onto a node that cannot hold them",
+                    f"make {name} the pool's instanceType and list {pool.instance_type} here",
+                )
+
+
+class EksClusterSpec(AwsClusterSpec):
+    """An EKS cluster with managed GPU node groups."""
+
+    eks: EksSpec = EksSpec()
+
+
+class Ec2K3sClusterSpec(K3sClusterSpec, AwsClusterSpec):
+    """k3s on EC2 instances: servers in the system pool, agents in GPU auto scaling groups."""
+
+    network: AwsNetwork
+
+    def network_issues(self) -> Iterable[ConfigIssue]:
+        yield from super().network_issues()
+        yield from overlay_issues(self.network.cidr)
+
+
+def _gpus(machine: MachineType) -> tuple[object, ...]:
+    return machine.gpu_model, machine.gpu_count, machine.arch
+
+
+def _model_name(machine: MachineType) -> str:
+    return machine.gpu_model.id if machine.gpu_model is not None else "no GPU"
+
+
+def _vpc_issues(net: AwsNetwork) -> Iterable[ConfigIssue]:
+    if net.cidr is not None and net.vpc_id is not None:
+        yield ConfigIssue(
+            config_path("network"),
+            {"cidr": net.cidr, "vpcId": net.vpc_id},
+            "cidr and vpcId exclude each other",
+            "set cidr to create a VPC, or vpcId + privateSubnetIds + publicSubnetIds to use one",
+        )
+        return
+    if net.cidr is None and net.vpc_id is None:
+        yield ConfigIssue(
+            config_path("network"),
+            None,
+            "neither cidr nor vpcId is set",
+            "set cidr (e.g. 10.40.0.0/16) or vpcId with subnet ids",
+        )
+        return
+    if net.cidr is not None:
+        issue = cidr_issue(config_path("network", "cidr"), net.cidr) or unicast_issue(
+            config_path("network", "cidr"), net.cidr
+        )
+        if issue:
+            yield issue
+        elif not 16 <= ipaddress.IPv4Network(net.cidr).prefixlen <= 20:
+            yield ConfigIssue(
+                config_path("network", "cidr"),
+                net.cidr,
+                "prefix must be /16 to /20",
+                "a GPU cluster needs room for pod IPs; use a /16",
+            )
+        if net.private_subnet_ids or net.public_subnet_ids:
+            yield ConfigIssue(
+                config_path("network"),
+                net.cidr,
+                "subnet ids are only used with vpcId",
+                "remove privateSubnetIds/publicSubnetIds or replace cidr with vpcId",
+            )
+        return
+    if not AWS_VPC_ID.fullmatch(net.vpc_id or ""):
+        yield ConfigIssue(
+            config_path("network", "vpcId"),
+            net.vpc_id,
+            "not a VPC ID",
+            "use the VPC's ID, e.g. vpc-0a1b2c3d4e5f60718 (aws ec2 describe-vpcs)",
+        )
+    seen: dict[str, str] = {}
+    for key, ids in (
+        ("privateSubnetIds", net.private_subnet_ids),
+        ("publicSubnetIds", net.public_subnet_ids),
+    ):
+        for index, subnet in enumerate(ids):
+            where = config_path("network", key, index)
+            if not AWS_SUBNET_ID.fullmatch(subnet):
+                yield ConfigIssue(
+                    where, subnet, "not a subnet ID", "use subnet IDs, e.g. subnet-0a1b2c3d4e5f60718"
+                )
+            elif subnet in seen:
+                yield ConfigIssue(
+                    where, subnet, f"is listed already in network.{seen[subnet]}", "list each subnet once"
+                )
+            seen.setdefault(subnet, key)
+    if len(set(net.private_subnet_ids)) < 2:
+        yield ConfigIssue(
+            config_path("network", "privateSubnetIds"),
+            list(net.private_subnet_ids),
+            "at least 2 private subnets (in 2 availability zones) are required",
+            "list the private subnet ids of at least two zones",
+        )

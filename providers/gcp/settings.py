@@ -1,0 +1,250 @@
+"""What only GCP stacks configure: the subnet (new or existing) and the zones nodes run in, the `gke`
+section, and the GCP rules for GPUs (attached to N1 VMs or built into the machine type) and per-pool zones.
+Registered in `platforms.py`."""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import ClassVar, Literal
+
+from gpu_k8s.components.catalog import N1_MACHINE, Catalog, MachineType
+from gpu_k8s.components.configbase import ConfigIssue, StrictModel, config_path
+from gpu_k8s.components.k3s.settings import POD_AND_SERVICE_RANGE_KEYS, K3sClusterSpec, overlay_issues
+from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, NetworkSettings, cidr_issue
+
+GCP_ZONE = re.compile(r"^([a-z]+-[a-z]+\d+)-[a-z]$")
+
+
+class GcpNetwork(NetworkSettings):
+    """A new VPC-native subnet (`cidr` + `podsCidr` + `servicesCidr`) or an existing one (`networkName` +
+    `subnetworkName` + secondary range names), and the `zones` nodes run in."""
+
+    cidr: str | None = None
+    # GPUs are zonal and each zone offers different models, so GCP nodes go only where they are named.
+    zones: tuple[str, ...] = ()
+    pods_cidr: str | None = None
+    services_cidr: str | None = None
+    network_name: str | None = None
+    subnetwork_name: str | None = None
+    pods_range_name: str | None = None
+    services_range_name: str | None = None
+
+    @property
+    def creates_vpc(self) -> bool:
+        return self.network_name is None
+
+
+class MaintenanceExclusionSpec(StrictModel):
+    """`gke.maintenanceExclusions[]`: a period in which GKE does not upgrade what `scope` names."""
+
+    name: str
+    # RFC 3339 timestamps, e.g. 2027-01-04T00:00:00Z.
+    start_time: str
+    end_time: str
+    scope: Literal["NO_UPGRADES", "NO_MINOR_UPGRADES", "NO_MINOR_OR_NODE_UPGRADES"] = "NO_MINOR_UPGRADES"
+
+
+class GkeSpec(StrictModel):
+    """Settings only GKE has."""
+
+    # Regional: control plane and default node locations in the region's zones; zonal: all in zones[0].
+    regional: bool = True
+    release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
+    # The control plane's private range (a /28) that private nodes reach it on.
+    master_ipv4_cidr_block: str = "172.16.0.0/28"
+    # Cloud KMS key (projects/<p>/locations/<region>/keyRings/<r>/cryptoKeys/<k>) that encrypts Secrets.
+    secrets_kms_key: str | None = None
+    filestore_csi: bool = False
+    deletion_protection: bool = True
+    # Google's driver installer: "default" (COS and Ubuntu) or "latest" (COS only).
+    gpu_driver_version: Literal["default", "latest"] = "default"
+    # Reach the API through GKE's DNS-based endpoint (access decided by IAM, from anywhere) instead of the
+    # IP endpoint, which only apiAccessCidrs reach.
+    control_plane_dns_endpoint: bool = False
+    # Daily maintenance window start, "HH:MM" GMT: auto-upgrades and repairs of GPU nodes happen then.
+    maintenance_window_start: str = "03:00"
+    maintenance_exclusions: tuple[MaintenanceExclusionSpec, ...] = ()
+
+
+class GcpClusterSpec(ClusterSpec):
+    """What every GCP platform configures and checks the same way."""
+
+    network: GcpNetwork
+    # The subnet carries the pods' and services' ranges (VPC-native, GKE), or only node addresses (k3s).
+    subnet_has_pod_ranges: ClassVar[bool] = True
+
+    def network_issues(self) -> Iterable[ConfigIssue]:
+        yield from _subnet_issues(self.network, self.subnet_has_pod_ranges)
+
+    def pool_machine(self, pool: GpuPoolSpec, catalog: Catalog) -> MachineType | None:
+        """A catalog machine type, or an N1 VM with its attached GPUs."""
+        if pool.accelerator is not None and N1_MACHINE.match(pool.instance_type):
+            return catalog.n1_with_gpus(pool.instance_type, pool.accelerator.type, pool.accelerator.count)
+        return super().pool_machine(pool, catalog)
+
+    def accelerator_issues(
+        self, path: Callable[..., str], pool: GpuPoolSpec, catalog: Catalog
+    ) -> Iterable[ConfigIssue]:
+        """GPUs are either attached to an N1 VM (type and count required) or built into the machine type
+        (then an accelerator, if given, must say exactly what the type carries)."""
+        wanted = pool.accelerator
+        if N1_MACHINE.match(pool.instance_type):
+            if wanted is None:
+                yield ConfigIssue(
+                    path("accelerator"),
+                    None,
+                    f"{pool.instance_type} has no GPU of its own",
+                    "attach GPUs, e.g. accelerator: {type: nvidia-tesla-t4, count: 1}",
+                )
+                return
+            problem = catalog.n1_attachment_problem(pool.instance_type, wanted.type, wanted.count)
+            if problem is not None:
+                built_in = catalog.machine_types_with("gcp", wanted.type)
+                fix = (
+                    f"use a machine type that carries {wanted.type}: {', '.join(built_in[:4])}"
+                    if built_in
+                    else "pick an allowed count, or a smaller or larger N1 machine type"
+                )
+                yield ConfigIssue(path("accelerator"), wanted.model_dump(), problem, fix)
+            return
+        machine = catalog.machine_type("gcp", pool.instance_type)
+        if wanted is None or machine is None or not machine.has_whole_gpus:
+            return
+        if wanted.type != machine.accelerator:
+            built_in = catalog.machine_types_with("gcp", wanted.type)
+            elsewhere = (
+                f"; {wanted.type} comes with {', '.join(built_in[:4])}"
+                if built_in
+                else f"; {wanted.type} attaches to n1 machine types"
+                if wanted.type in catalog.n1_accelerators
+                else ""
+            )
+            yield ConfigIssue(
+                path("accelerator", "type"),
+                wanted.type,
+                f"is not attachable to {pool.instance_type}, which carries {machine.accelerator}",
+                f"remove accelerator (the machine type decides its GPUs){elsewhere}",
+            )
+        elif wanted.count != machine.gpu_count:
+            yield ConfigIssue(
+                path("accelerator", "count"),
+                wanted.count,
+                f"{pool.instance_type} carries {machine.gpu_count} x {machine.accelerator} (fixed)",
+                f"set count: {machine.gpu_count}, or remove accelerator",
+            )
+
+    def pool_zone_issues(self, index: int, pool: GpuPoolSpec) -> Iterable[ConfigIssue]:
+        yield from zone_issues(("gpuPools", index, "zones"), pool.zones)
+
+
+class GkeClusterSpec(GcpClusterSpec):
+    """A GKE cluster with GPU node pools."""
+
+    gke: GkeSpec = GkeSpec()
+
+
+class GceK3sClusterSpec(K3sClusterSpec, GcpClusterSpec):
+    """k3s on Compute Engine VMs: servers in the system pool, agents in zonal GPU instance groups."""
+
+    network: GcpNetwork
+
+    subnet_has_pod_ranges: ClassVar[bool] = False
+
+    def network_issues(self) -> Iterable[ConfigIssue]:
+        yield from super().network_issues()
+        yield from overlay_issues(self.network.cidr)
+
+
+def zone_issues(where: tuple[str | int, ...], zones: Iterable[str]) -> Iterable[ConfigIssue]:
+    seen: set[str] = set()
+    for index, zone in enumerate(zones):
+        if not GCP_ZONE.match(zone):
+            yield ConfigIssue(
+                config_path(*where, index), zone, "not a GCP zone name", "write it like us-central1-a"
+            )
+        elif zone in seen:
+            yield ConfigIssue(config_path(*where, index), zone, "listed twice", "list each zone once")
+        seen.add(zone)
+
+
+# (key, example) of the new subnet's ranges and of an existing subnet's names, in the order they are listed.
+_NEW_SUBNET = (("cidr", "10.40.0.0/20"), ("podsCidr", "10.64.0.0/14"), ("servicesCidr", "10.68.0.0/20"))
+_EXISTING_SUBNET = (
+    ("networkName", "shared-vpc"),
+    ("subnetworkName", "gpu-nodes"),
+    ("podsRangeName", "pods"),
+    ("servicesRangeName", "services"),
+)
+
+
+def _subnet_issues(net: GcpNetwork, pod_ranges: bool) -> Iterable[ConfigIssue]:
+    """`pod_ranges`: the subnet carries pod and service ranges (GKE), or only node addresses (k3s)."""
+    if not net.zones:
+        yield ConfigIssue(
+            config_path("network", "zones"),
+            None,
+            "GCP clusters need the zones their nodes run in",
+            "list zones of gcp:region that offer your GPUs, e.g. zones: [us-central1-a, us-central1-b]",
+        )
+    yield from zone_issues(("network", "zones"), net.zones)
+    new_subnet, existing_subnet = (
+        [(key, example) for key, example in keys if pod_ranges or key not in POD_AND_SERVICE_RANGE_KEYS]
+        for keys in (_NEW_SUBNET, _EXISTING_SUBNET)
+    )
+    given = {key: getattr(net, _field(key)) for key, _ in new_subnet + existing_subnet}
+    new = [key for key, _ in new_subnet if given[key] is not None]
+    existing = [key for key, _ in existing_subnet if given[key] is not None]
+    if new and existing:
+        yield ConfigIssue(
+            config_path("network"),
+            {key: given[key] for key in new + existing},
+            "a new subnet's ranges and an existing subnet's names exclude each other",
+            f"set {_listed(new_subnet)} to create a subnet, or {_listed(existing_subnet)} to use one",
+        )
+        return
+    wanted = existing_subnet if existing else new_subnet
+    for key, example in wanted:
+        if given[key] is None:
+            yield ConfigIssue(
+                config_path("network", key),
+                None,
+                "is missing",
+                f"add it under network, e.g. {key}: {example}",
+            )
+    if existing:
+        return
+    ranges = {}
+    for key, _ in new_subnet:
+        if given[key] is not None:
+            issue = cidr_issue(config_path("network", key), given[key])
+            if issue:
+                yield issue
+            elif not ipaddress.IPv4Network(given[key]).is_private:
+                yield ConfigIssue(
+                    config_path("network", key),
+                    given[key],
+                    "not a private range",
+                    "use RFC 1918 space, e.g. 10.0.0.0/8",
+                )
+            else:
+                ranges[key] = ipaddress.IPv4Network(given[key])
+    for (key_a, a), (key_b, b) in itertools.combinations(ranges.items(), 2):
+        if a.overlaps(b):
+            yield ConfigIssue(
+                config_path("network", key_b),
+                str(b),
+                f"overlaps network.{key_a} ({a})",
+                "node, pod and service ranges must be disjoint",
+            )
+
+
+def _listed(keys: Sequence[tuple[str, str]]) -> str:
+    names = [key for key, _ in keys]
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+
+
+def _field(alias: str) -> str:
+    return next(name for name, info in GcpNetwork.model_fields.items() if info.alias == alias)
