@@ -1,7 +1,7 @@
 """The `GpuCluster` handle every provider returns, and the GPU pool facts derived from the spec.
 
 Whatever differs by platform reaches the cloud-agnostic components as data on this handle
-(`PlatformTraits`), never as an `if cloud == ...` inside them.
+(`PlatformTraits`), never as a test of the cloud or kind inside them.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ plans. Nothing outside the folder names it."""
 
 from __future__ import annotations
 
+import graphlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ import pytest
 
 from gpu_k8s import ConfigError, load_spec
 from gpu_k8s.components.spec import PLATFORMS, register_platform
-from tests.conftest import minimal_cluster
+from tests.conftest import minimal_cluster, some
 from tests.paths import REPO_ROOT
 from tests.toy_platform.platforms import TOY
 from tests.toy_platform.settings import ToyClusterSpec
@@ -106,3 +108,31 @@ def test_nothing_outside_the_toy_folder_names_it():
         if "toy_platform" in path.read_text() and TOY_FOLDER not in path.parents
     }
     assert mentions == {"tests/test_add_platform.py"}
+
+
+def test_components_never_ask_which_platform_they_serve():
+    asks = re.compile(
+        r"\b(cloud|kind)\s*[!=]=|[!=]=\s*\w*\.(cloud|kind)\b|\bin\s*\(\s*\"(aws|gcp|eks|gke|k3s)\""
+    )
+    found = [
+        f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()}"
+        for path in some((REPO_ROOT / "components").rglob("*.py"), at_least=10)
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if asks.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert found == []
+
+
+def test_the_library_modules_import_each_other_without_a_cycle():
+    """Also counting imports made only for type checking: a cycle there is still two modules that cannot be
+    understood apart."""
+    imports = re.compile(r"^\s*from (gpu_k8s\.[\w.]+) import|^\s*import (gpu_k8s\.[\w.]+)", re.M)
+    graph: dict[str, set[str]] = {}
+    for root in ("components", "providers"):
+        for path in (REPO_ROOT / root).rglob("*.py"):
+            module = ".".join(("gpu_k8s", *path.relative_to(REPO_ROOT).with_suffix("").parts))
+            graph[module.removesuffix(".__init__")] = {a or b for a, b in imports.findall(path.read_text())}
+    some(graph, at_least=30)
+    graph = {module: {d for d in deps if d in graph and d != module} for module, deps in graph.items()}
+    sorter = graphlib.TopologicalSorter(graph)
+    sorter.prepare()  # raises CycleError naming the cycle
