@@ -8,7 +8,6 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
-import yaml
 
 from gpu_k8s.components.cluster import GpuCluster, GpuPool, PlatformTraits
 from gpu_k8s.components.helm import helm_release
@@ -19,6 +18,7 @@ from gpu_k8s.components.sharing import (
     device_plugin_config,
     mig_parted_config,
 )
+from gpu_k8s.components.yamltext import yaml_text
 
 NVIDIA_HELM_REPO = "https://helm.ngc.nvidia.com/nvidia"
 OPERATOR_NAMESPACE = "gpu-operator"
@@ -38,7 +38,7 @@ def pool_tolerations(pools: Sequence[GpuPool]) -> list[dict[str, str]]:
 
 
 def _yaml(document: dict[str, Any]) -> str:
-    return yaml.safe_dump(document, sort_keys=False)
+    return yaml_text(document)
 
 
 def device_plugin_configs(pools: Sequence[GpuPool]) -> dict[str, str]:

@@ -2,27 +2,49 @@
 
     gpu-k8s bench [--runs 5] [--stack aws-eks]
 
-Reports, on this machine, for one stack:
-- whole-process `gpu-k8s plan <stack>` vs a process that only imports the Pulumi modules the
-  plan uses (the floor no plan can beat), median of --runs each;
-- the in-process plan time with 1, 10 and 50 copies of the stack's first GPU pool and the cost of each
-  extra pool;
-- peak RSS of the whole-process plan.
-Budget (2-core machine): plan <= 2x the import floor; < 30 ms per extra pool; peak RSS < 400 MB.
+Reports, on this machine, for one stack, each figure the median of --runs, the runs of the programs being
+compared interleaved (plan, replay, floor, plan, replay, floor, ...) so a slower minute hits all of them:
+- whole process: `gpu-k8s plan <stack>`; a flat replay of the same plan (a process that imports the SDK
+  modules the plan loads and registers the recorded resources, with their types, names, inputs, parents,
+  providers and dependencies, directly through the SDK's resource classes, under the same mock engine);
+  and the import floor (only those imports);
+- in process, with 1 and 50 copies of the stack's first GPU pool: the plan and the replay of each, and
+  what each extra pool costs in both. The replay's share is what the engine spends on the pool's resources
+  themselves (23 on aws-eks: a node group and six scale-from-zero tags per zone, and a launch template);
+  the difference is the toolkit's own work per pool (validation, rendering, the outputs it combines);
+- peak RSS of the processes (the plan's is the largest).
+Budget (2-core machine): plan <= 2x the import floor; the toolkit's own work <= 20 ms per extra pool;
+peak RSS < 400 MB.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import functools
+import json
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
-from gpu_k8s.tools.engine import Project, find_project, run_program, stack_config
+import pulumi
+
+from gpu_k8s.tools.engine import (
+    Project,
+    Recording,
+    Registration,
+    Secret,
+    find_project,
+    run_program,
+    stack_config,
+)
 
 # Prints the Pulumi SDK modules a plan really executed (the SDKs load submodules lazily, so a module
 # object in sys.modules may be a stub that was never run).
@@ -38,36 +60,137 @@ print(" ".join(sorted(name for name, module in list(sys.modules.items())
 """
 # Imports (and, for lazy stubs, runs) exactly those modules: the floor no plan can beat.
 IMPORT_FLOOR = """
-import importlib, sys
-for name in sys.argv[1].split():
+import importlib, pathlib, sys
+for name in pathlib.Path(sys.argv[1]).read_text().split():
     getattr(importlib.import_module(name), "__file__", None)
 """
+# The flat replay as a process: the floor's imports, then the recorded resources under the mock engine.
+REPLAY = (
+    IMPORT_FLOOR
+    + """
+from gpu_k8s.tools.bench import replay_file
+replay_file(sys.argv[2])
+"""
+)
 
 
-def _median_seconds(command: list[str], runs: int, cwd: Path) -> float:
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(command, check=True, capture_output=True, cwd=cwd)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+def flat_program(recording: Recording) -> Callable[[], None]:
+    """A program that registers exactly the recorded resources, with none of the toolkit's logic."""
+
+    def program() -> None:
+        made: dict[str, pulumi.Resource] = {}
+        for registration in recording.registrations:
+            made[registration.urn] = _register(registration, made)
+
+    return program
 
 
-def _config_with_pools(project: Project, stack: str, count: int) -> dict:
+def _register(registration: Registration, made: dict[str, pulumi.Resource]) -> pulumi.Resource:
+    # A provider reference is "<urn>::<id>".
+    provider = made.get(registration.provider.rsplit("::", 1)[0]) if registration.provider else None
+    opts = pulumi.ResourceOptions(
+        parent=made.get(registration.parent),
+        provider=provider if isinstance(provider, pulumi.ProviderResource) else None,
+        depends_on=[made[urn] for urn in registration.dependencies if urn in made],
+        additional_secret_outputs=registration.options.get("additionalSecretOutputs"),
+        ignore_changes=registration.options.get("ignoreChanges"),
+        retain_on_delete=registration.options.get("retainOnDelete"),
+    )
+    if registration.type.startswith("pulumi:providers:"):
+        package = registration.type.split(":")[2]
+        return pulumi.ProviderResource(package, registration.name, _as_inputs(registration.inputs), opts)
+    if registration.custom:
+        return pulumi.CustomResource(
+            registration.type, registration.name, _as_inputs(registration.inputs), opts
+        )
+    return pulumi.ComponentResource(registration.type, registration.name, None, opts)
+
+
+def _as_inputs(value: Any) -> Any:
+    if isinstance(value, Secret):
+        return pulumi.Output.secret(_as_inputs(value.value))
+    if isinstance(value, dict):
+        return {key: _as_inputs(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_inputs(item) for item in value]
+    return value
+
+
+# How a recorded secret is written to and read from the saved recording.
+SECRET_MARK = "<secret>"
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, Secret):
+        return {SECRET_MARK: value.value}
+    raise TypeError(f"cannot save {type(value).__name__}")
+
+
+def _from_json(mapping: dict[str, Any]) -> Any:
+    return Secret(mapping[SECRET_MARK]) if set(mapping) == {SECRET_MARK} else mapping
+
+
+def replay_file(path: str) -> None:
+    """Replay a recording saved by `_save` (the whole-process replay)."""
+    saved = json.loads(Path(path).read_text(), object_hook=_from_json)
+    recording = Recording(
+        stack=saved["stack"], registrations=[Registration(**r) for r in saved["registrations"]]
+    )
+    run_program(saved["stack"], saved["config"], program=flat_program(recording))
+
+
+def _save(recording: Recording, config: dict[str, Any], path: Path) -> None:
+    # Field by field: dataclasses.asdict would turn the Secret markers into plain mappings.
+    registrations = [{f.name: getattr(r, f.name) for f in fields(r)} for r in recording.registrations]
+    saved = {"stack": recording.stack, "config": config, "registrations": registrations}
+    path.write_text(json.dumps(saved, default=_to_json))
+
+
+def _config_with_pools(project: Project, stack: str, count: int) -> dict[str, Any]:
     config = copy.deepcopy(stack_config(project.stack_dir / f"Pulumi.{stack}.yaml", project))
     template = config["gpu-k8s:cluster"]["gpuPools"][0]
     config["gpu-k8s:cluster"]["gpuPools"] = [{**template, "name": f"pool{i}"} for i in range(count)]
     return config
 
 
-def _in_process_seconds(project: Project, stack: str, pools: int, runs: int) -> float:
-    config = _config_with_pools(project, stack, pools)
-    samples = []
+def _interleaved(named: dict[str, Callable[[], object]], runs: int) -> dict[str, float]:
+    """Median seconds of each callable, run in turns."""
+    samples: dict[str, list[float]] = {name: [] for name in named}
     for _ in range(runs):
-        start = time.perf_counter()
-        run_program("bench", config, project=project)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        for name, run in named.items():
+            start = time.perf_counter()
+            run()
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def _process(command: list[str], cwd: Path) -> Callable[[], object]:
+    def run() -> None:
+        finished = subprocess.run(command, capture_output=True, text=True, cwd=cwd)
+        if finished.returncode != 0:
+            raise SystemExit(f"{command[1:3]} failed:\n{finished.stderr[-2000:]}")
+
+    return run
+
+
+def _lines(
+    stack: str, runs: int, whole: dict[str, float], inside: dict[str, float], peak_mib: float
+) -> Iterator[str]:
+    plan, replay, floor = whole["plan"], whole["replay"], whole["floor"]
+    yield f"whole process, median of {runs} interleaved runs of each:"
+    ratios = f"{plan / replay:.2f}x the flat replay, {plan / floor:.2f}x the floor; budget 2x the floor"
+    yield f"  plan {stack:29s}{plan:6.2f} s  ({ratios})"
+    yield f"  flat replay of the same resources  {replay:6.2f} s"
+    yield f"  import floor                       {floor:6.2f} s"
+    yield "in process:"
+    for pools in (1, 50):
+        plan_s, replay_s = inside[f"plan{pools}"], inside[f"replay{pools}"]
+        yield f"  {pools:2d} GPU pool(s): plan {plan_s:6.3f} s, replay {replay_s:6.3f} s"
+    plan_ms = (inside["plan50"] - inside["plan1"]) / 49 * 1000
+    replay_ms = (inside["replay50"] - inside["replay1"]) / 49 * 1000
+    yield f"  each extra GPU pool: plan {plan_ms:5.1f} ms, replay {replay_ms:5.1f} ms"
+    yield f"    the toolkit's own work:          {plan_ms - replay_ms:5.1f} ms (budget 20 ms)"
+    yield f"peak RSS of a child process:         {peak_mib:6.0f} MiB (budget 400 MiB)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,28 +199,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stack", default="aws-eks")
     args = parser.parse_args(argv)
     project = find_project()
+    python = sys.executable
 
-    modules = subprocess.run(
-        [sys.executable, "-c", LOADED_SDK_MODULES, args.stack],
+    loaded = subprocess.run(
+        [python, "-c", LOADED_SDK_MODULES, args.stack],
         check=True,
         capture_output=True,
         text=True,
         cwd=project.root,
-    ).stdout.strip()
-    floor = _median_seconds([sys.executable, "-c", IMPORT_FLOOR, modules], args.runs, project.root)
-    whole = _median_seconds([sys.executable, "-m", "gpu_k8s.tools.plan", args.stack], args.runs, project.root)
+    ).stdout
+    configs = {pools: _config_with_pools(project, args.stack, pools) for pools in (1, 50)}
+    recordings = {pools: run_program("bench", config, project=project) for pools, config in configs.items()}
+    with tempfile.TemporaryDirectory() as scratch:
+        modules, saved = Path(scratch) / "modules.txt", Path(scratch) / "recording.json"
+        modules.write_text(loaded)
+        stack_file_config = stack_config(project.stack_dir / f"Pulumi.{args.stack}.yaml", project)
+        _save(run_program(args.stack, stack_file_config, project=project), stack_file_config, saved)
+        whole = _interleaved(
+            {
+                "plan": _process([python, "-m", "gpu_k8s.tools.plan", args.stack], project.root),
+                "replay": _process([python, "-c", REPLAY, str(modules), str(saved)], project.root),
+                "floor": _process([python, "-c", IMPORT_FLOOR, str(modules)], project.root),
+            },
+            args.runs,
+        )
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    run_program("warm-up", _config_with_pools(project, args.stack, 1), project=project)
-    per_pools = {n: _in_process_seconds(project, args.stack, n, args.runs) for n in (1, 10, 50)}
-    per_extra_pool_ms = (per_pools[50] - per_pools[1]) / 49 * 1000
-
-    print(f"import floor, {len(modules.split())} SDK modules (median of {args.runs}): {floor:6.2f} s")
-    label = f"whole-process plan {args.stack}:"
-    print(f"{label:37s}{whole:6.2f} s  ({whole / floor:.2f}x the floor; budget 2x)")
-    for pools, seconds in per_pools.items():
-        print(f"in-process plan, {pools:2d} GPU pool(s):     {seconds:6.2f} s")
-    print(f"each extra GPU pool:                 {per_extra_pool_ms:6.1f} ms (budget 30 ms)")
-    print(f"peak RSS of a plan process:          {peak_mib:6.0f} MiB (budget 400 MiB)")
+    inside: dict[str, Callable[[], object]] = {}
+    for pools in (1, 50):
+        inside[f"plan{pools}"] = functools.partial(run_program, "bench", configs[pools], project=project)
+        inside[f"replay{pools}"] = functools.partial(
+            run_program, "bench", configs[pools], program=flat_program(recordings[pools])
+        )
+    in_process = _interleaved(inside, args.runs)
+    for line in _lines(args.stack, args.runs, whole, in_process, peak_mib):
+        print(line)
     return 0
 
 

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
-import yaml
-
 from gpu_k8s.components.spec import TaintSpec
+from gpu_k8s.components.yamltext import yaml_text
 
 CONFIG_DIR = "/etc/rancher/k3s"
 DATA_DIR = "/var/lib/rancher/k3s"
@@ -282,7 +281,7 @@ def agent_config(node: AgentNode) -> dict[str, Any]:
 
 
 def _yaml(document: Mapping[str, Any]) -> str:
-    return yaml.safe_dump(dict(document), sort_keys=False, width=1000)
+    return yaml_text(dict(document), width=1000)
 
 
 def _list_block(key: str, items: Sequence[str]) -> list[str]:

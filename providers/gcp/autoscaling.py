@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
-import yaml
 
 from gpu_k8s.components.autoscaler import NodeTemplate
+from gpu_k8s.components.yamltext import yaml_text
 
 # The label the autoscaler's GCE provider reads as "this node has GPUs" (cloudprovider/gce
 # gce_cloud_provider.go GPULabel; REFERENCE.md 5.4).
@@ -57,7 +57,9 @@ def autoscaler_env_vars(template: NodeTemplate, arch: str) -> str:
 
 def kube_env(template: NodeTemplate, arch: str) -> str:
     """The instance template's `kube-env` metadata value: a YAML map the autoscaler unmarshals."""
-    return yaml.safe_dump({"AUTOSCALER_ENV_VARS": autoscaler_env_vars(template, arch)}, width=100_000)
+    return yaml_text(
+        {"AUTOSCALER_ENV_VARS": autoscaler_env_vars(template, arch)}, sort_keys=True, width=100_000
+    )
 
 
 def instance_group_url(

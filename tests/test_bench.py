@@ -1,0 +1,49 @@
+"""The bench's flat replay registers exactly what the plan registers, so the ratio it reports compares the
+toolkit with the cost of its resources alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpu_k8s.tools.bench import _save, flat_program, replay_file
+from gpu_k8s.tools.engine import Recording, find_project, run_program, stack_config
+from tests.conftest import some
+
+STACKS = ("aws-eks", "aws-k3s", "gcp-gke", "gcp-k3s")
+
+
+def _resources(recording: Recording) -> list[str]:
+    return sorted(
+        json.dumps(
+            [r.urn, r.custom, r.inputs, r.parent, r.provider, sorted(r.dependencies), r.options],
+            sort_keys=True,
+            default=repr,
+        )
+        for r in some(recording.registrations, at_least=20)
+    )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_flat_replay_registers_what_the_plan_registers(stack):
+    project = find_project()
+    config = stack_config(project.stack_dir / f"Pulumi.{stack}.yaml", project)
+    plan = run_program(stack, config, project=project)
+    replay = run_program(stack, config, program=flat_program(plan))
+    assert _resources(replay) == _resources(plan)
+
+
+def test_a_saved_recording_replays_with_its_secrets(tmp_path, monkeypatch):
+    project = find_project()
+    config = stack_config(project.stack_dir / "Pulumi.aws-k3s.yaml", project)
+    plan = run_program("aws-k3s", config, project=project)
+    _save(plan, config, tmp_path / "recording.json")
+    replays: list[Recording] = []
+    monkeypatch.setattr(
+        "gpu_k8s.tools.bench.run_program", lambda *a, **k: replays.append(run_program(*a, **k))
+    )
+    replay_file(str(tmp_path / "recording.json"))
+    (replay,) = replays
+    assert _resources(replay) == _resources(plan)
+    assert '"<secret>"' not in json.dumps(_resources(replay))
