@@ -116,7 +116,7 @@ def _gpu_model(spec: ClusterSpec, pool: GpuPoolSpec, catalog: Catalog) -> tuple[
 
 def resolve_pools(spec: ClusterSpec, catalog: Catalog, traits: PlatformTraits) -> tuple[GpuPool, ...]:
     """Attach catalog facts, sharing, node labels and taints to every GPU pool of a validated spec."""
-    mig_strategy = cluster_mig_strategy(mig_pools(spec, catalog))
+    mig_strategy = cluster_mig_strategy(mig_pools(spec.gpu_pools, spec.pool_rules, catalog))
     accelerator_label = traits.accelerator_label
     gpu_taint = TaintSpec(key=GPU_TAINT_KEY, value=traits.gpu_taint_value, effect="NoSchedule")
     operator_shares = traits.gpu_sharing_owner == "operator"

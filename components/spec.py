@@ -20,7 +20,7 @@ import functools
 import ipaddress
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -150,45 +150,13 @@ class GpuPoolSpec(StrictModel):
     capacity_reservation_id: str | None = None
 
 
-class ClusterSpec(StrictModel):
-    """The whole cluster as the stack file describes it: the part every platform shares.
+class PoolRules:
+    """A cloud's rules for GPU pools: what a pool's node is, and the pool keys only some clouds take. The
+    defaults suit a cloud whose instance types carry their GPUs and whose pools have one machine type in
+    the network's zones; a cloud's subclass overrides what differs."""
 
-    A platform subclasses it with its `network` model and its own section, and overrides the hooks below;
-    each hook's issues are listed at its place among the generic ones. The defaults suit a platform whose
-    instance types carry their GPUs and whose pools have one machine type in the network's zones."""
-
-    name: str
-    cloud: Cloud
-    kind: str
-    kubernetes_version: Annotated[str, _quoted("kubernetesVersion", "1.35")]
-    network: NetworkSettings
-    api_access_cidrs: Annotated[tuple[str, ...], Field(min_length=1)]
-    # Escape hatch for labs: lets apiAccessCidrs contain 0.0.0.0/0.
-    allow_public_api_from_anywhere: bool = False
-    system_pool: SystemPoolSpec
-    gpu_pools: Annotated[tuple[GpuPoolSpec, ...], Field(min_length=1)]
-    addon_versions: AddonVersions = AddonVersions()
-    # The newest CUDA release the workloads are built for ("12.8"); checked against each pool's driver.
-    cuda: CudaRelease = None
-
-    # Network keys of other platforms that this one refuses with a reason of its own (YAML name -> problem).
-    refused_network_keys: ClassVar[Mapping[str, str]] = {}
-
-    @classmethod
-    def with_defaults(cls, raw: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The raw config with the defaults that depend on other keys filled in."""
-        return raw
-
-    def network_issues(self) -> Iterable[ConfigIssue]:
-        """The network's own rules (run only when it holds no other platform's keys)."""
-        return ()
-
-    def system_pool_issues(self) -> Iterable[ConfigIssue]:
-        return ()
-
-    def platform_issues(self) -> Iterable[ConfigIssue]:
-        """Rules across the platform's own section and the generic keys."""
-        return ()
+    def __init__(self, cloud: Cloud):
+        self.cloud = cloud
 
     def pool_machine(self, pool: GpuPoolSpec, catalog: Catalog) -> MachineType | None:
         """What one node of the pool is: its catalog machine type."""
@@ -231,6 +199,52 @@ class ClusterSpec(StrictModel):
             f"a {self.cloud} pool has one machine type",
             "remove it; make another pool for another machine type",
         )
+
+
+class ClusterSpec(StrictModel):
+    """The whole cluster as the stack file describes it: the part every platform shares.
+
+    A platform subclasses it with its `network` model, its own section and its cloud's `pool_rules`, and
+    overrides the hooks below; each hook's issues are listed at its place among the generic ones."""
+
+    name: str
+    cloud: Cloud
+    kind: str
+    kubernetes_version: Annotated[str, _quoted("kubernetesVersion", "1.35")]
+    network: NetworkSettings
+    api_access_cidrs: Annotated[tuple[str, ...], Field(min_length=1)]
+    # Escape hatch for labs: lets apiAccessCidrs contain 0.0.0.0/0.
+    allow_public_api_from_anywhere: bool = False
+    system_pool: SystemPoolSpec
+    gpu_pools: Annotated[tuple[GpuPoolSpec, ...], Field(min_length=1)]
+    addon_versions: AddonVersions = AddonVersions()
+    # The newest CUDA release the workloads are built for ("12.8"); checked against each pool's driver.
+    cuda: CudaRelease = None
+
+    # Network keys of other platforms that this one refuses with a reason of its own (YAML name -> problem).
+    refused_network_keys: ClassVar[Mapping[str, str]] = {}
+    # The cloud's rules for GPU pools (each platform sets its cloud's).
+    pool_rules: ClassVar[PoolRules]
+
+    @classmethod
+    def with_defaults(cls, raw: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The raw config with the defaults that depend on other keys filled in."""
+        return raw
+
+    def network_issues(self) -> Iterable[ConfigIssue]:
+        """The network's own rules (run only when it holds no other platform's keys)."""
+        return ()
+
+    def system_pool_issues(self) -> Iterable[ConfigIssue]:
+        return ()
+
+    def platform_issues(self) -> Iterable[ConfigIssue]:
+        """Rules across the platform's own section and the generic keys."""
+        return ()
+
+    def pool_machine(self, pool: GpuPoolSpec, catalog: Catalog) -> MachineType | None:
+        """What one node of the pool is (never `catalog.machine_type` directly: GCP attaches GPUs to N1)."""
+        return self.pool_rules.pool_machine(pool, catalog)
 
 
 @dataclass(frozen=True)
@@ -492,15 +506,15 @@ def _field_named(model: type[BaseModel], alias: str) -> str:
 
 
 def _machine_issues(
-    path: Callable[..., str], pool: GpuPoolSpec, spec: ClusterSpec, catalog: Catalog
+    path: Callable[..., str], pool: GpuPoolSpec, rules: PoolRules, catalog: Catalog
 ) -> Iterable[ConfigIssue]:
     """The pool's node must be a type with whole NVIDIA GPUs; then its sharing must suit that GPU."""
-    accelerator_issues = list(spec.accelerator_issues(path, pool, catalog))
+    accelerator_issues = list(rules.accelerator_issues(path, pool, catalog))
     if accelerator_issues:
         yield from accelerator_issues
         return
-    cloud = spec.cloud
-    machine = spec.pool_machine(pool, catalog)
+    cloud = rules.cloud
+    machine = rules.pool_machine(pool, catalog)
     if machine is None:
         hint = ", ".join(catalog.nearest_gpu_types(cloud, pool.instance_type))
         yield ConfigIssue(
@@ -522,7 +536,7 @@ def _machine_issues(
         yield from sharing_issues(lambda key: path("sharing", key), pool.sharing, machine.gpu_model)
 
 
-def _pool_issues(index: int, pool: GpuPoolSpec, spec: ClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
+def _pool_issues(index: int, pool: GpuPoolSpec, rules: PoolRules, catalog: Catalog) -> Iterable[ConfigIssue]:
     path = lambda *parts: config_path("gpuPools", index, *parts)  # noqa: E731
     if len(pool.name) > 40 or not DNS_LABEL.match(pool.name):
         yield ConfigIssue(
@@ -552,10 +566,10 @@ def _pool_issues(index: int, pool: GpuPoolSpec, spec: ClusterSpec, catalog: Cata
             "not a duration",
             'write it like "5m", "1h" or "90s"',
         )
-    yield from _machine_issues(path, pool, spec, catalog)
-    yield from spec.pool_zone_issues(index, pool)
+    yield from _machine_issues(path, pool, rules, catalog)
+    yield from rules.pool_zone_issues(index, pool)
     if pool.capacity_reservation_id is not None:
-        yield from spec.capacity_block_issues(path("capacityReservationId"), pool)
+        yield from rules.capacity_block_issues(path("capacityReservationId"), pool)
         if pool.spot:
             yield ConfigIssue(
                 path("capacityReservationId"),
@@ -564,7 +578,7 @@ def _pool_issues(index: int, pool: GpuPoolSpec, spec: ClusterSpec, catalog: Cata
                 "set spot: false for this pool",
             )
     if pool.extra_instance_types:
-        yield from spec.extra_type_issues(path, pool, catalog)
+        yield from rules.extra_type_issues(path, pool, catalog)
     if pool.name == DEFAULT_DEVICE_PLUGIN_CONFIG:
         yield ConfigIssue(
             path("name"),
@@ -649,9 +663,17 @@ def _semantic_issues(spec: ClusterSpec, given: Any, catalog: Catalog) -> Iterabl
             )
     yield from spec.platform_issues()
     yield from addon_issues(spec.addon_versions)
+    yield from gpu_pool_issues(spec.gpu_pools, spec.pool_rules, catalog)
+
+
+def gpu_pool_issues(
+    pools: Sequence[GpuPoolSpec], rules: PoolRules, catalog: Catalog
+) -> Iterable[ConfigIssue]:
+    """Every rule on `gpuPools` (YAML paths under gpuPools): each pool's own, unique names, and the
+    cluster-wide MIG rules."""
     seen: dict[str, int] = {}
     sound_pools: set[int] = set()
-    for index, pool in enumerate(spec.gpu_pools):
+    for index, pool in enumerate(pools):
         if pool.name in seen:
             yield ConfigIssue(
                 config_path("gpuPools", index, "name"),
@@ -660,29 +682,31 @@ def _semantic_issues(spec: ClusterSpec, given: Any, catalog: Catalog) -> Iterabl
                 "give every pool its own name",
             )
         seen.setdefault(pool.name, index)
-        pool_issues = list(_pool_issues(index, pool, spec, catalog))
+        pool_issues = list(_pool_issues(index, pool, rules, catalog))
         yield from pool_issues
         if not pool_issues:
             sound_pools.add(index)
     yield from cluster_mig_issues(
-        mig_pools(spec, catalog, sound_pools),
+        mig_pools(pools, rules, catalog, sound_pools),
         lambda index, key: config_path("gpuPools", index, "sharing", key),
     )
 
 
-def mig_pools(spec: ClusterSpec, catalog: Catalog, among: Iterable[int] | None = None) -> list[PoolMig]:
-    """The spec's MIG pools with their layouts, as the cluster-wide MIG rules take them (all pools, or only
-    the indexes `among`, whose instance types must be valid)."""
-    chosen = set(range(len(spec.gpu_pools)) if among is None else among)
-    pools = []
-    for index, pool in enumerate(spec.gpu_pools):
+def mig_pools(
+    pools: Sequence[GpuPoolSpec], rules: PoolRules, catalog: Catalog, among: Iterable[int] | None = None
+) -> list[PoolMig]:
+    """The MIG pools with their layouts, as the cluster-wide MIG rules take them (all pools, or only the
+    indexes `among`, whose instance types must be valid)."""
+    chosen = set(range(len(pools)) if among is None else among)
+    found = []
+    for index, pool in enumerate(pools):
         if pool.sharing.mode != "mig" or index not in chosen:
             continue
-        machine = spec.pool_machine(pool, catalog)
+        machine = rules.pool_machine(pool, catalog)
         assert machine is not None and machine.gpu_model is not None, "validated"
         layout = mig_layout(pool.sharing, machine.gpu_model, pool.name)
-        pools.append(PoolMig(index, pool.name, layout, pool.sharing.strategy))
-    return pools
+        found.append(PoolMig(index, pool.name, layout, pool.sharing.strategy))
+    return found
 
 
 def _platform_for_raw(raw: Mapping[str, Any]) -> Platform | None:

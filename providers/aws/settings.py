@@ -6,14 +6,21 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Iterable
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
 from gpu_k8s.components.catalog import Catalog, MachineType
 from gpu_k8s.components.configbase import ConfigIssue, StrictModel, config_path
 from gpu_k8s.components.k3s.settings import K3sClusterSpec, overlay_issues
-from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, NetworkSettings, cidr_issue, unicast_issue
+from gpu_k8s.components.spec import (
+    ClusterSpec,
+    GpuPoolSpec,
+    NetworkSettings,
+    PoolRules,
+    cidr_issue,
+    unicast_issue,
+)
 
 AWS_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 # EC2 capacity reservation IDs: "cr-" and 17 hexadecimal digits (cr-02168da1478b509e0 in the EKS user guide,
@@ -50,22 +57,8 @@ class EksSpec(StrictModel):
     admins: tuple[str, ...] = ()
 
 
-class AwsClusterSpec(ClusterSpec):
-    """What every AWS platform configures and checks the same way."""
-
-    network: AwsNetwork
-
-    def network_issues(self) -> Iterable[ConfigIssue]:
-        yield from _vpc_issues(self.network)
-
-    def system_pool_issues(self) -> Iterable[ConfigIssue]:
-        if not AWS_INSTANCE_TYPE.match(self.system_pool.instance_type):
-            yield ConfigIssue(
-                config_path("systemPool", "instanceType"),
-                self.system_pool.instance_type,
-                "not an EC2 instance type name",
-                "use a type like m7i.large",
-            )
+class AwsPoolRules(PoolRules):
+    """EC2 pools: several instance types, EC2 Capacity Blocks."""
 
     def capacity_block_issues(self, where: str, pool: GpuPoolSpec) -> Iterable[ConfigIssue]:
         block = pool.capacity_reservation_id
@@ -124,6 +117,28 @@ class AwsClusterSpec(ClusterSpec):
                     "would plan pods onto a node that cannot hold them",
                     f"make {name} the pool's instanceType and list {pool.instance_type} here",
                 )
+
+
+AWS_POOL_RULES = AwsPoolRules("aws")
+
+
+class AwsClusterSpec(ClusterSpec):
+    """What every AWS platform configures and checks the same way."""
+
+    network: AwsNetwork
+    pool_rules: ClassVar[PoolRules] = AWS_POOL_RULES
+
+    def network_issues(self) -> Iterable[ConfigIssue]:
+        yield from _vpc_issues(self.network)
+
+    def system_pool_issues(self) -> Iterable[ConfigIssue]:
+        if not AWS_INSTANCE_TYPE.match(self.system_pool.instance_type):
+            yield ConfigIssue(
+                config_path("systemPool", "instanceType"),
+                self.system_pool.instance_type,
+                "not an EC2 instance type name",
+                "use a type like m7i.large",
+            )
 
 
 class EksClusterSpec(AwsClusterSpec):

@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 from gpu_k8s.components.catalog import N1_MACHINE, Catalog, MachineType
 from gpu_k8s.components.configbase import ConfigIssue, StrictModel, config_path
 from gpu_k8s.components.k3s.settings import POD_AND_SERVICE_RANGE_KEYS, K3sClusterSpec, overlay_issues
-from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, NetworkSettings, cidr_issue
+from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, NetworkSettings, PoolRules, cidr_issue
 
 GCP_ZONE = re.compile(r"^([a-z]+-[a-z]+\d+)-[a-z]$")
 
@@ -69,15 +69,8 @@ class GkeSpec(StrictModel):
     maintenance_exclusions: tuple[MaintenanceExclusionSpec, ...] = ()
 
 
-class GcpClusterSpec(ClusterSpec):
-    """What every GCP platform configures and checks the same way."""
-
-    network: GcpNetwork
-    # The subnet carries the pods' and services' ranges (VPC-native, GKE), or only node addresses (k3s).
-    subnet_has_pod_ranges: ClassVar[bool] = True
-
-    def network_issues(self) -> Iterable[ConfigIssue]:
-        yield from _subnet_issues(self.network, self.subnet_has_pod_ranges)
+class GcpPoolRules(PoolRules):
+    """Compute Engine pools: GPUs built into the machine type or attached to N1 VMs, zones per pool."""
 
     def pool_machine(self, pool: GpuPoolSpec, catalog: Catalog) -> MachineType | None:
         """A catalog machine type, or an N1 VM with its attached GPUs."""
@@ -138,6 +131,21 @@ class GcpClusterSpec(ClusterSpec):
 
     def pool_zone_issues(self, index: int, pool: GpuPoolSpec) -> Iterable[ConfigIssue]:
         yield from zone_issues(("gpuPools", index, "zones"), pool.zones)
+
+
+GCP_POOL_RULES = GcpPoolRules("gcp")
+
+
+class GcpClusterSpec(ClusterSpec):
+    """What every GCP platform configures and checks the same way."""
+
+    network: GcpNetwork
+    pool_rules: ClassVar[PoolRules] = GCP_POOL_RULES
+    # The subnet carries the pods' and services' ranges (VPC-native, GKE), or only node addresses (k3s).
+    subnet_has_pod_ranges: ClassVar[bool] = True
+
+    def network_issues(self) -> Iterable[ConfigIssue]:
+        yield from _subnet_issues(self.network, self.subnet_has_pod_ranges)
 
 
 class GkeClusterSpec(GcpClusterSpec):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import ClassVar
 
 from gpu_k8s import ClusterSpec, ConfigIssue
 from gpu_k8s.components.configbase import StrictModel, config_path
-from gpu_k8s.components.spec import NetworkSettings
+from gpu_k8s.components.spec import NetworkSettings, PoolRules
 
 RACK = re.compile(r"^rack-\d+$")
 
@@ -26,6 +27,7 @@ class ToySpec(StrictModel):
 
 class ToyClusterSpec(ClusterSpec):
     network: ToyNetwork
+    pool_rules: ClassVar[PoolRules] = PoolRules("aws")
     toy: ToySpec = ToySpec()
 
     def network_issues(self) -> Iterable[ConfigIssue]:
