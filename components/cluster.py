@@ -9,13 +9,13 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from gpu_k8s.components.catalog import Catalog, GpuModel, MachineType
-from gpu_k8s.components.compat import DriverFacts, PoolDriverCheck, driver_issues
+from gpu_k8s.components.compat import AddonVersions, DriverFacts, PoolDriverCheck, driver_issues
 from gpu_k8s.components.configbase import ConfigIssue, config_path
 from gpu_k8s.components.sharing import (
     DEVICE_PLUGIN_CONFIG_LABEL,
@@ -26,7 +26,7 @@ from gpu_k8s.components.sharing import (
     node_offer,
     resolve_sharing,
 )
-from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, TaintSpec, mig_pools
+from gpu_k8s.components.spec import GpuPoolSpec, PoolRules, TaintSpec, mig_pools
 
 # Every GPU node carries a taint on this key so only pods that ask for GPUs (and tolerate it) land there.
 GPU_TAINT_KEY = "nvidia.com/gpu"
@@ -108,13 +108,35 @@ class GpuPool:
         return self.machine.gpu_model
 
 
-def _gpu_model(spec: ClusterSpec, pool: GpuPoolSpec, catalog: Catalog) -> tuple[MachineType, GpuModel]:
+class GpuLayerSpec(Protocol):
+    """What the GPU layer (pools, operator, autoscaler) reads of a spec: a whole cluster's (`ClusterSpec`),
+    or the GPU layer's alone on a cluster made elsewhere."""
+
+    @property
+    def gpu_pools(self) -> tuple[GpuPoolSpec, ...]: ...
+
+    @property
+    def cuda(self) -> str | None: ...
+
+    @property
+    def addon_versions(self) -> AddonVersions: ...
+
+    @property
+    def api_access_cidrs(self) -> tuple[str, ...]: ...
+
+    @property
+    def pool_rules(self) -> PoolRules: ...
+
+    def pool_machine(self, pool: GpuPoolSpec, catalog: Catalog) -> MachineType | None: ...
+
+
+def _gpu_model(spec: GpuLayerSpec, pool: GpuPoolSpec, catalog: Catalog) -> tuple[MachineType, GpuModel]:
     machine = spec.pool_machine(pool, catalog)
     assert machine is not None and machine.gpu_model is not None, "validated by load_spec"
     return machine, machine.gpu_model
 
 
-def resolve_pools(spec: ClusterSpec, catalog: Catalog, traits: PlatformTraits) -> tuple[GpuPool, ...]:
+def resolve_pools(spec: GpuLayerSpec, catalog: Catalog, traits: PlatformTraits) -> tuple[GpuPool, ...]:
     """Attach catalog facts, sharing, node labels and taints to every GPU pool of a validated spec."""
     mig_strategy = cluster_mig_strategy(mig_pools(spec.gpu_pools, spec.pool_rules, catalog))
     accelerator_label = traits.accelerator_label
@@ -163,7 +185,7 @@ DOCUMENTATION_RANGES = tuple(
 )
 
 
-def documentation_range_issues(spec: ClusterSpec) -> list[ConfigIssue]:
+def documentation_range_issues(spec: GpuLayerSpec) -> list[ConfigIssue]:
     """apiAccessCidrs that lie in a documentation range: every Kubernetes resource would time out after the
     cloud resources exist, since nothing the deployer runs on has such an address."""
     return [
@@ -180,7 +202,7 @@ def documentation_range_issues(spec: ClusterSpec) -> list[ConfigIssue]:
 
 
 def platform_issues(
-    spec: ClusterSpec, traits: PlatformTraits, catalog: Catalog, api_reached_by_cidr: bool = True
+    spec: GpuLayerSpec, traits: PlatformTraits, catalog: Catalog, api_reached_by_cidr: bool = True
 ) -> list[ConfigIssue]:
     """What the platform cannot run, as errors; what runs only partly is logged as a warning.
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,24 +120,43 @@ def _text_issues(path: str, text: str, which: str) -> Iterator[ConfigIssue]:
 
 def stack_cluster_config() -> Any:
     """The stack's `gpu-k8s:cluster` value as the Pulumi CLI hands it over (structured config is JSON)."""
+    return stack_config_object(
+        "cluster", "write the cluster's keys indented under it, as in stacks/Pulumi.aws-eks.yaml"
+    )
+
+
+def stack_config_object(name: str, fix_when_text: str) -> Any:
+    """The stack's `gpu-k8s:<name>` value; a ConfigError with `fix_when_text` when it is text."""
     try:
-        return pulumi.Config(CONFIG_NAMESPACE).get_object("cluster")
+        return pulumi.Config(CONFIG_NAMESPACE).get_object(name)
     except pulumi.ConfigTypeError as exc:
         raise ConfigError(
-            [
-                ConfigIssue(
-                    CONFIG_KEY,
-                    exc.value,
-                    "is text, not a mapping",
-                    "write the cluster's keys indented under it, as in stacks/Pulumi.aws-eks.yaml",
-                )
-            ]
+            [ConfigIssue(f"{CONFIG_NAMESPACE}:{name}", exc.value, "is text, not a mapping", fix_when_text)]
         ) from None
+
+
+# The config key whose YAML paths the rules name: `gpu-k8s:cluster`, or another key validated with the same
+# rules (the GPU layer on an existing cluster, `gpu-k8s:gpuLayer`).
+_CONFIG_ROOT: ContextVar[str] = ContextVar("config_root", default=CONFIG_KEY)
+
+
+@contextmanager
+def config_root(key: str) -> Iterator[None]:
+    """Name the YAML paths of the issues found inside the block under `key`."""
+    token = _CONFIG_ROOT.set(key)
+    try:
+        yield
+    finally:
+        _CONFIG_ROOT.reset(token)
+
+
+def config_key() -> str:
+    return _CONFIG_ROOT.get()
 
 
 def config_path(*parts: str | int) -> str:
     """`gpu-k8s:cluster.gpuPools[1].maxNodes` from ("gpuPools", 1, "maxNodes")."""
-    path = CONFIG_KEY
+    path = config_key()
     for part in parts:
         path += f"[{part}]" if isinstance(part, int) else f".{part}"
     return path

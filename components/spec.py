@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, create_model
 
@@ -34,10 +34,10 @@ from gpu_k8s.components.compat import (
     cuda_version_issue,
 )
 from gpu_k8s.components.configbase import (
-    CONFIG_KEY,
     ConfigError,
     ConfigIssue,
     StrictModel,
+    config_key,
     config_path,
     raise_if_any,
     raw_value_issues,
@@ -50,6 +50,8 @@ from gpu_k8s.components.sharing import (
     mig_layout,
     sharing_issues,
 )
+
+M = TypeVar("M", bound=BaseModel)
 
 # Kubernetes minors the pinned GPU Operator (v26.7.0) supports: NVIDIA platform-support.rst, 1.33-1.36.
 SUPPORTED_KUBERNETES_MINORS = ("1.33", "1.34", "1.35", "1.36")
@@ -315,9 +317,9 @@ _DECIDED_KEYS = {
 }
 
 
-def _model_at(loc: tuple[str | int, ...]) -> type[BaseModel] | None:
-    """The pydantic model that owns the mapping at `loc` (for listing its allowed keys)."""
-    model: Any = _structure_model(_registered())
+def _model_at(root: type[BaseModel], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
+    """The pydantic model under `root` that owns the mapping at `loc` (for listing its allowed keys)."""
+    model: Any = root
     for part in loc:
         if isinstance(part, int):
             continue
@@ -332,13 +334,13 @@ def _model_at(loc: tuple[str | int, ...]) -> type[BaseModel] | None:
     return model
 
 
-def _structural_issue(error: Mapping[str, Any]) -> ConfigIssue:
+def _structural_issue(root: type[BaseModel], error: Mapping[str, Any]) -> ConfigIssue:
     loc = tuple(error["loc"])
     path = config_path(*loc)
     error_type = error["type"]
     if error_type == "extra_forbidden":
         key = str(loc[-1])
-        owner = _model_at(loc[:-1])
+        owner = _model_at(root, loc[:-1])
         allowed = sorted(f.alias for f in owner.model_fields.values() if f.alias) if owner else []
         if key in _DECIDED_KEYS:
             return ConfigIssue(path, error["input"], "not a setting", _DECIDED_KEYS[key])
@@ -717,11 +719,26 @@ def _platform_for_raw(raw: Mapping[str, Any]) -> Platform | None:
 def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
     """Parse and validate the `gpu-k8s:cluster` value into its platform's spec; raise ConfigError listing
     every problem."""
+    raw = _mapping_issues_raised(raw)
+    platform = _platform_for_raw(raw)
+    defaulted = platform.spec.with_defaults(raw) if platform else raw
+    given: Any = parse_structure(defaulted, _structure_model(_registered()))
+    name_issues = list(_name_issues(given.name))
+    kind_issues = list(_kind_issues(given.cloud, given.kind))
+    if platform is None or kind_issues:
+        raise ConfigError(name_issues + kind_issues)
+    spec = platform.spec.model_validate_json(json.dumps(_own_keys(given, platform.spec)))
+    raise_if_any(name_issues, _semantic_issues(spec, given, catalog or load_catalog()))
+    return spec
+
+
+def _mapping_issues_raised(raw: Any) -> Mapping[str, Any]:
+    """The config value, if it is a mapping of clean values; else a ConfigError."""
     if raw is None:
         raise ConfigError(
             [
                 ConfigIssue(
-                    CONFIG_KEY,
+                    config_key(),
                     None,
                     "is not set",
                     "add it to stacks/Pulumi.<stack>.yaml; see stacks/README.md",
@@ -732,7 +749,7 @@ def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
         raise ConfigError(
             [
                 ConfigIssue(
-                    CONFIG_KEY,
+                    config_key(),
                     raw,
                     "must be a mapping",
                     "set it in stacks/Pulumi.<stack>.yaml; see stacks/README.md",
@@ -740,24 +757,22 @@ def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
             ]
         )
     raise_if_any(raw_value_issues(raw))
-    platform = _platform_for_raw(raw)
-    defaulted = platform.spec.with_defaults(raw) if platform else raw
+    return raw
+
+
+def parse_structure(raw: Any, model: type[M]) -> M:
+    """The structural pass: `model` read from the config value `raw` (a mapping), or a ConfigError naming
+    every type, range and unknown-key problem under the current config key."""
+    raw = _mapping_issues_raised(raw)
     try:
         # JSON mode: strict types, yet YAML lists become tuples (Pulumi hands structured config over as JSON).
-        given: Any = _structure_model(_registered()).model_validate_json(json.dumps(defaulted))
+        return model.model_validate_json(json.dumps(raw))
     except ValidationError as exc:
         errors = exc.errors()
         # A list whose items all failed also reports itself as too short; the item errors say more.
         inner = {tuple(e["loc"])[:depth] for e in errors for depth in range(len(e["loc"]))}
         errors = [e for e in errors if not (e["type"] == "too_short" and tuple(e["loc"]) in inner)]
-        raise ConfigError(_structural_issue(e) for e in errors) from None
-    name_issues = list(_name_issues(given.name))
-    kind_issues = list(_kind_issues(given.cloud, given.kind))
-    if platform is None or kind_issues:
-        raise ConfigError(name_issues + kind_issues)
-    spec = platform.spec.model_validate_json(json.dumps(_own_keys(given, platform.spec)))
-    raise_if_any(name_issues, _semantic_issues(spec, given, catalog or load_catalog()))
-    return spec
+        raise ConfigError(_structural_issue(model, e) for e in errors) from None
 
 
 def _own_keys(given: BaseModel, spec_class: type[ClusterSpec]) -> dict[str, Any]:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from gpu_k8s.components.configbase import ConfigError
-from gpu_k8s.tools.engine import load_project, run_program, stack_config
+from gpu_k8s.tools.engine import Secret, load_project, run_program, stack_config
+from tests.conftest import some
 from tests.paths import REPO_ROOT
 
 TEAM_QUOTA = REPO_ROOT / "examples" / "team-quota"
@@ -55,3 +59,123 @@ def test_the_library_still_refuses_bad_cluster_config_in_a_user_program():
     cluster = {**config["gpu-k8s:cluster"], "kubernetesVersion": "1.20"}
     with pytest.raises(ConfigError, match=r"gpu-k8s:cluster\.kubernetesVersion"):
         plan_example({"gpu-k8s:cluster": cluster})
+
+
+EXISTING_EKS = REPO_ROOT / "examples" / "existing-eks"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+
+
+class _ExistingCluster:
+    """The realistic mocks, with EKS's description of the existing cluster changed field by field."""
+
+    def __init__(self, **cluster: Any):
+        from gpu_k8s.tools.engine import RealisticMocks
+
+        self.inner = RealisticMocks()
+        self.cluster = cluster
+
+    def new_resource(self, args):
+        return self.inner.new_resource(args)
+
+    def call(self, args):
+        answer, failures = self.inner.call(args)
+        if args.token == "aws:eks/getCluster:getCluster":
+            answer = {**answer, **self.cluster}
+        return answer, failures
+
+
+def plan_existing_eks(layer_changes: dict | None = None, mocks=None):
+    project = load_project(EXISTING_EKS)
+    config = stack_config(project.stack_dir / "Pulumi.dev.yaml", project)
+    config["gpu-k8s:gpuLayer"] = {**config["gpu-k8s:gpuLayer"], **(layer_changes or {})}
+    return run_program("dev", config, project=project, mocks=mocks)
+
+
+@pytest.fixture(scope="module")
+def existing_eks():
+    return plan_existing_eks()
+
+
+def test_the_gpu_layer_creates_nothing_of_the_cluster_itself(existing_eks):
+    kinds = {r.type for r in existing_eks.registrations}
+    for absent in (
+        "aws:eks/cluster:Cluster",
+        "aws:ec2/vpc:Vpc",
+        "aws:ec2/subnet:Subnet",
+        "aws:eks/addon:Addon",
+    ):
+        assert absent not in kinds
+    assert {r.name for r in existing_eks.by_type("gpu-k8s:aws:GpuNodePool")} == {
+        "gpus-gpu-l4",
+        "gpus-gpu-a10g-shared",
+    }
+
+
+def test_its_node_groups_join_the_named_cluster_in_its_subnets(existing_eks):
+    from gpu_k8s.tools.engine import RealisticMocks
+
+    cluster = RealisticMocks().call(
+        type("Args", (), {"token": "aws:eks/getCluster:getCluster", "args": {"name": "prod"}})()
+    )[0]
+    groups = some(existing_eks.by_type(NODE_GROUP), at_least=4)
+    for group in groups:
+        assert group.inputs["clusterName"] == "prod"
+        assert group.inputs["version"] == "1.35"
+        (subnet,) = group.inputs["subnetIds"]
+        assert subnet in cluster["vpcConfig"]["subnetIds"]
+        assert group.inputs["scalingConfig"]["minSize"] == 0
+    (association,) = existing_eks.by_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    assert association.inputs["clusterName"] == "prod"
+
+
+def test_the_operator_and_autoscaler_reach_the_cluster_through_its_endpoint(existing_eks):
+    (provider,) = existing_eks.by_type("pulumi:providers:kubernetes")
+    assert isinstance(provider.inputs["kubeconfig"], Secret)
+    kubeconfig = json.loads(provider.inputs["kubeconfig"].value)
+    assert kubeconfig["clusters"][0]["cluster"]["server"].endswith(".gr7.us-east-1.eks.amazonaws.com")
+    token_command = kubeconfig["users"][0]["user"]["exec"]["args"]
+    assert "prod" in token_command and "us-east-1" in token_command
+    releases = {r.inputs["chart"]: r for r in existing_eks.by_type("kubernetes:helm.sh/v3:Release")}
+    assert set(releases) == {"gpu-operator", "cluster-autoscaler"}
+    for release in releases.values():
+        assert release.provider_urn == provider.urn
+    assert releases["cluster-autoscaler"].inputs["values"]["autoDiscovery"]["clusterName"] == "prod"
+
+
+def test_listed_subnets_replace_the_clusters(existing_eks):
+    chosen = ["subnet-0a1b2c3d4e5f60718", "subnet-0b2c3d4e5f6071829"]
+    recording = plan_existing_eks({"subnetIds": chosen})
+    subnets = {subnet for group in recording.by_type(NODE_GROUP) for subnet in group.inputs["subnetIds"]}
+    assert subnets <= set(chosen) and subnets
+
+
+@pytest.mark.parametrize(
+    ("changes", "path", "words"),
+    [
+        ({"clustr": "prod"}, "gpu-k8s:gpuLayer.clustr", ("unknown key", "did you mean cluster?")),
+        (
+            {"gpuPools": [{"name": "l4", "instanceType": "m5.large", "maxNodes": 1}]},
+            "gpu-k8s:gpuLayer.gpuPools[0].instanceType",
+            ("not a GPU type of aws",),
+        ),
+        ({"gpuPools": []}, "gpu-k8s:gpuLayer.gpuPools", ("at least 1",)),
+        ({"cuda": "12.10"}, "gpu-k8s:gpuLayer.cuda", ("12.10",)),
+    ],
+)
+def test_a_bad_layer_is_refused_under_its_key_before_any_resource(changes, path, words):
+    registered: list = []
+    with pytest.raises(ConfigError) as caught:
+        registered = plan_existing_eks(changes).registrations
+    message = str(caught.value)
+    assert path in message and "gpu-k8s:cluster" not in message, message
+    for word in words:
+        assert word in message, message
+    assert registered == []
+
+
+def test_a_cluster_on_an_unsupported_kubernetes_is_refused_before_any_node_group():
+    with pytest.raises(ConfigError) as caught:
+        plan_existing_eks(mocks=_ExistingCluster(version="1.31"))
+    (issue,) = caught.value.issues
+    assert issue.path == "gpu-k8s:gpuLayer.cluster"
+    assert "runs Kubernetes 1.31" in issue.problem

@@ -178,9 +178,9 @@ def test_the_contract_data_tool_points_an_installed_user_to_a_checkout(installed
     assert "manifest.json: not here; the contract data ships with a checkout of gpu-k8s" in result.stderr
 
 
-def test_the_example_user_program_plans_from_the_installed_package(installed, tmp_path):
-    project = tmp_path / "team-quota"
-    shutil.copytree(REPO_ROOT / "examples" / "team-quota", project)
+def _plan_example(installed: Path, tmp_path: Path, example: str) -> list[dict]:
+    project = tmp_path / example
+    shutil.copytree(REPO_ROOT / "examples" / example, project)
     result = subprocess.run(
         [installed / "bin" / "gpu-k8s", "plan", "dev", "--json"],
         capture_output=True,
@@ -189,5 +189,17 @@ def test_the_example_user_program_plans_from_the_installed_package(installed, tm
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    quota = next(r for r in json.loads(result.stdout)["resources"] if r["name"] == "ml-team-gpus")
+    resources: list[dict] = json.loads(result.stdout)["resources"]
+    return resources
+
+
+def test_the_example_user_program_plans_from_the_installed_package(installed, tmp_path):
+    resources = _plan_example(installed, tmp_path, "team-quota")
+    quota = next(r for r in resources if r["name"] == "ml-team-gpus")
     assert quota["inputs"]["spec"] == {"hard": {"requests.nvidia.com/gpu": "7"}}
+
+
+def test_the_gpu_layer_example_plans_from_the_installed_package(installed, tmp_path):
+    resources = _plan_example(installed, tmp_path, "existing-eks")
+    groups = [r for r in resources if r["type"] == "aws:eks/nodeGroup:NodeGroup"]
+    assert groups and {group["inputs"]["clusterName"] for group in groups} == {"prod"}

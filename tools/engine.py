@@ -96,6 +96,7 @@ class Recording:
     """Everything one program run registered."""
 
     stack: str
+    project: str = CONFIG_NAMESPACE
     registrations: list[Registration] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     # Messages the program logged with pulumi.log.warn (the CLI prints them above the preview).
@@ -346,6 +347,29 @@ class RealisticMocks(pulumi_mocks.Mocks):
                 "version": f"v1.{minor}.{patch}-eksbuild.1",
                 "id": args.args["addonName"],
             }, []
+        if args.token == "aws:eks/getCluster:getCluster":
+            # An existing Kubernetes 1.35 cluster in a VPC of three private subnets; tests that need another
+            # answer this invoke themselves.
+            name = args.args["name"]
+            return {
+                "name": name,
+                "id": name,
+                "arn": f"arn:aws:eks:{self.region}:{ACCOUNT}:cluster/{name}",
+                "version": "1.35",
+                "status": "ACTIVE",
+                "endpoint": f"https://{_fake_hex(name, 32).upper()}.gr7.{self.region}.eks.amazonaws.com",
+                "certificateAuthorities": [{"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="}],
+                "accessConfigs": [{"authenticationMode": "API_AND_CONFIG_MAP"}],
+                "vpcConfig": {
+                    "vpcId": f"vpc-{_fake_hex(name, 17)}",
+                    "subnetIds": [f"subnet-{_fake_hex(f'{name}/{i}', 17)}" for i in range(3)],
+                    "endpointPublicAccess": True,
+                    "endpointPrivateAccess": True,
+                    "publicAccessCidrs": ["0.0.0.0/0"],
+                    "securityGroupIds": [],
+                    "clusterSecurityGroupId": f"sg-{_fake_hex(name, 17)}",
+                },
+            }, []
         if args.token == "gcp:organizations/getProject:getProject":
             project = args.args.get("projectId") or self.project
             return {"projectId": project, "number": "123456789012", "name": project, "id": project}, []
@@ -537,7 +561,7 @@ def run_program(
     if program is None:
         project = project or find_project()
         program = _program_runner(project)
-    recording = Recording(stack=stack)
+    recording = Recording(stack=stack, project=project.name if project else CONFIG_NAMESPACE)
     # Pulumi runs the monitor's calls on the loop's default executor and each of those threads needs an
     # event loop of its own; giving them one here lets this run close every loop it made (left to the
     # garbage collector, a loop can outlive its self-pipe and print "Invalid file descriptor" tracebacks).
@@ -557,7 +581,7 @@ def run_program(
     logger.handlers = [_WarningCollector(recording.warnings)]
     pulumi.runtime.set_mocks(
         mocks,
-        project=project.name if project else CONFIG_NAMESPACE,
+        project=recording.project,
         stack=stack,
         preview=preview,
         logger=logger,

@@ -178,7 +178,7 @@ def render_text(recording: Recording) -> str:
     lines = [
         f"Offline plan of stack {recording.stack}: {len(recording.registrations)} resources",
         "",
-        f"pulumi:pulumi:Stack  gpu-k8s-{recording.stack}",
+        f"pulumi:pulumi:Stack  {recording.project}-{recording.stack}",
     ]
 
     def walk(parent: str, prefix: str) -> None:

@@ -17,7 +17,7 @@ from gpu_k8s.components.cluster import GpuCluster, PlatformTraits, platform_issu
 from gpu_k8s.components.compat import DriverFacts, DriverVersion
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
-from gpu_k8s.components.spec import pool_child_name
+from gpu_k8s.components.spec import GpuPoolSpec, pool_child_name
 from gpu_k8s.components.storage import default_storage_class
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
@@ -97,13 +97,21 @@ def _admin_issues(admins: Sequence[str]) -> Iterable[ConfigIssue]:
 
 
 def eks_issues(spec: EksClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
-    """What the generic validation cannot know: EKS's node group name limit, which GPU types the EKS NVIDIA
-    AMIs cover, and the admin principals."""
+    """What the generic validation cannot know: the admin principals, EKS's node group name limit and which
+    GPU types the EKS NVIDIA AMIs cover."""
     yield from _admin_issues(spec.eks.admins)
-    for index, pool in enumerate(spec.gpu_pools):
-        net = spec.network
-        zones = net.availability_zones if net.creates_vpc else len(net.private_subnet_ids)
-        node_group_name = node_group_resource_name(pool_child_name(spec.name, pool.name), zones - 1)
+    net = spec.network
+    zones = net.availability_zones if net.creates_vpc else len(net.private_subnet_ids)
+    yield from node_group_issues(spec.name, spec.gpu_pools, zones, catalog)
+
+
+def node_group_issues(
+    cluster_name: str, pools: Sequence[GpuPoolSpec], zones: int, catalog: Catalog
+) -> Iterable[ConfigIssue]:
+    """GPU pools EKS cannot run as managed node groups of `cluster_name` in `zones` zones: names past EKS's
+    limit, instance types the EKS NVIDIA AMIs do not cover."""
+    for index, pool in enumerate(pools):
+        node_group_name = node_group_resource_name(pool_child_name(cluster_name, pool.name), zones - 1)
         if len(node_group_name) + AUTONAME_SUFFIX > MAX_NODE_GROUP_NAME:
             room = MAX_NODE_GROUP_NAME - AUTONAME_SUFFIX - len(node_group_name) + len(pool.name)
             yield ConfigIssue(
@@ -344,8 +352,8 @@ def build(spec: EksClusterSpec) -> GpuCluster:
     )
     provider = aws_provider(spec.name, region)
     # What the account's zones offer is known only by asking AWS, so after the provider exists.
-    zones = zone_plan(spec, pulumi.InvokeOptions(provider=provider))
-    raise_if_any(zone_issues(spec, zones))
+    zones = zone_plan(spec.network, spec.gpu_pools, pulumi.InvokeOptions(provider=provider))
+    raise_if_any(zone_issues(spec.network, spec.gpu_pools, zones))
     eks = EksCluster(
         spec.name,
         EksClusterArgs(spec, region, catalog, zones),

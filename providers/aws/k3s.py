@@ -812,8 +812,8 @@ def build(spec: Ec2K3sClusterSpec) -> GpuCluster:
     raise_if_any(asg_tag_issues(pools, lambda pool: asg_tags(spec.name, pool, unneeded_time), 0))
     provider = aws_provider(spec.name, region)
     # What the account's zones offer is known only by asking AWS, so after the provider exists.
-    zones = zone_plan(spec, pulumi.InvokeOptions(provider=provider))
-    raise_if_any(zone_issues(spec, zones))
+    zones = zone_plan(spec.network, spec.gpu_pools, pulumi.InvokeOptions(provider=provider))
+    raise_if_any(zone_issues(spec.network, spec.gpu_pools, zones))
     cluster = AwsK3sCluster(
         spec.name,
         AwsK3sClusterArgs(spec, region, traits, pools, zones),

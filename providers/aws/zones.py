@@ -15,7 +15,7 @@ import pulumi_aws as aws
 
 from gpu_k8s.components.configbase import ConfigIssue, config_path
 from gpu_k8s.components.spec import GpuPoolSpec
-from gpu_k8s.providers.aws.settings import AwsClusterSpec, AwsNetwork
+from gpu_k8s.providers.aws.settings import AwsNetwork
 
 # Zone IDs whose subnets EKS refuses for a cluster: use1-az3 is the known case (cloudposse's EKS component
 # changelog 1.203.0, eksctl#817); usw1-az2 and cac1-az3 are named next to it in the review of this stack
@@ -87,16 +87,16 @@ class ZonePlan:
     type_zones: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
-def zone_plan(spec: AwsClusterSpec, invoke: pulumi.InvokeOptions) -> ZonePlan:
-    zones = tuple(cluster_zones(spec.network, invoke))
+def zone_plan(network: AwsNetwork, pools: Sequence[GpuPoolSpec], invoke: pulumi.InvokeOptions) -> ZonePlan:
+    zones = tuple(cluster_zones(network, invoke))
     blocks = {
         pool.name: capacity_block(pool.capacity_reservation_id, invoke)
-        for pool in spec.gpu_pools
+        for pool in pools
         if pool.capacity_reservation_id is not None
     }
     type_zones = {
         name: tuple(pool_zone_indexes(name, zones, invoke))
-        for pool in spec.gpu_pools
+        for pool in pools
         if pool.name not in blocks
         for name in dict.fromkeys((pool.instance_type, *pool.extra_instance_types))
     }
@@ -110,23 +110,23 @@ def zone_plan(spec: AwsClusterSpec, invoke: pulumi.InvokeOptions) -> ZonePlan:
                 if all(i in type_zones[name] for name in pool.extra_instance_types)
             )
         )
-        for pool in spec.gpu_pools
+        for pool in pools
     }
     return ZonePlan(zones, pool_zones, blocks, type_zones)
 
 
-def zone_issues(spec: AwsClusterSpec, plan: ZonePlan) -> Iterable[ConfigIssue]:
+def zone_issues(network: AwsNetwork, pools: Sequence[GpuPoolSpec], plan: ZonePlan) -> Iterable[ConfigIssue]:
     """Too few zones for the cluster, and GPU pools whose type none of the cluster's zones offers."""
     zones = plan.zones
-    if len(zones) < spec.network.availability_zones and spec.network.creates_vpc:
+    if len(zones) < network.availability_zones and network.creates_vpc:
         yield ConfigIssue(
             config_path("network", "availabilityZones"),
-            spec.network.availability_zones,
+            network.availability_zones,
             f"the region has only {len(zones)} default zones EKS supports",
             f"set it to at most {len(zones)}",
         )
     listed = ", ".join(f"{z.name} ({z.zone_id})" for z in zones)
-    for index, pool in enumerate(spec.gpu_pools):
+    for index, pool in enumerate(pools):
         block = plan.blocks.get(pool.name)
         if block is not None:
             yield from _capacity_block_issues(index, pool, block, plan.pool_zones[pool.name], listed)
