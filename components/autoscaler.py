@@ -13,10 +13,11 @@ from typing import Any
 
 import pulumi
 
+from gpu_k8s.components.batch import BatchQueues
 from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool
 from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
 from gpu_k8s.components.helm import helm_release
-from gpu_k8s.components.spec import DURATION, ClusterSpec, TaintSpec
+from gpu_k8s.components.spec import ClusterSpec, TaintSpec, duration_seconds
 
 AUTOSCALER_HELM_REPO = "https://kubernetes.github.io/autoscaler"
 AUTOSCALER_NAMESPACE = "kube-system"
@@ -33,10 +34,9 @@ COMMON_FLAGS: Mapping[str, Any] = {"skip-nodes-with-local-storage": False, "expa
 
 
 def _duration_seconds(duration: str) -> int:
-    match = DURATION.fullmatch(duration)
-    assert match is not None, "validated by load_spec"
-    hours, minutes, seconds = (int(part or 0) for part in match.groups())
-    return hours * 3600 + minutes * 60 + seconds
+    seconds = duration_seconds(duration)
+    assert seconds is not None, "validated by load_spec"
+    return seconds
 
 
 def go_duration(duration: str) -> str:
@@ -146,6 +146,8 @@ def install_gpu_addons(
 ) -> None:
     """The GPU Operator and the cluster-autoscaler, on a platform whose autoscaler this toolkit runs."""
     GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator))
+    if spec.batch is not None:
+        BatchQueues(f"{spec.name}-batch", cluster, spec.batch)
     ClusterAutoscaler(
         f"{spec.name}-autoscaler",
         ClusterAutoscalerArgs(

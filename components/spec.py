@@ -152,6 +152,31 @@ class GpuPoolSpec(StrictModel):
     capacity_reservation_id: str | None = None
 
 
+# Namespaces every cluster has, or that Kueue and the GPU Operator own: no team's jobs queue there.
+RESERVED_NAMESPACES = (
+    "default",
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "kueue-system",
+    "gpu-operator",
+)
+# A GPU node started from zero needs minutes to boot, set up its driver and pull a CUDA image; a shorter
+# wait would evict jobs that are only waiting for their nodes.
+MIN_PODS_READY_MINUTES = 10
+
+
+class BatchSpec(StrictModel):
+    """`batch`: Kueue in front of the GPU pools: a queue per pool whose quota is the pool at maxNodes, a
+    LocalQueue per pool in each listed namespace, all-or-nothing admission."""
+
+    # The teams' namespaces (created by the stack) whose jobs queue for the GPU pools.
+    namespaces: Annotated[tuple[str, ...], Field(min_length=1)]
+    # How long an admitted job may take until all its pods run (scaling a pool up from zero included);
+    # after it, the job is evicted and queued again (Kueue waitForPodsReady).
+    pods_ready_timeout: str = "30m"
+
+
 class PoolRules:
     """A cloud's rules for GPU pools: what a pool's node is, and the pool keys only some clouds take. The
     defaults suit a cloud whose instance types carry their GPUs and whose pools have one machine type in
@@ -220,6 +245,7 @@ class ClusterSpec(StrictModel):
     system_pool: SystemPoolSpec
     gpu_pools: Annotated[tuple[GpuPoolSpec, ...], Field(min_length=1)]
     addon_versions: AddonVersions = AddonVersions()
+    batch: BatchSpec | None = None
     # The newest CUDA release the workloads are built for ("12.8"); checked against each pool's driver.
     cuda: CudaRelease = None
 
@@ -561,7 +587,7 @@ def _pool_issues(index: int, pool: GpuPoolSpec, rules: PoolRules, catalog: Catal
             f"GPU nodes need at least {MIN_GPU_DISK_GIB} GiB",
             "CUDA images are large; use 200 or more",
         )
-    if not pool.scale_down_unneeded_time or not DURATION.fullmatch(pool.scale_down_unneeded_time):
+    if duration_seconds(pool.scale_down_unneeded_time) is None:
         yield ConfigIssue(
             path("scaleDownUnneededTime"),
             pool.scale_down_unneeded_time,
@@ -665,7 +691,53 @@ def _semantic_issues(spec: ClusterSpec, given: Any, catalog: Catalog) -> Iterabl
             )
     yield from spec.platform_issues()
     yield from addon_issues(spec.addon_versions)
+    if spec.batch is not None:
+        yield from _batch_issues(spec.batch)
     yield from gpu_pool_issues(spec.gpu_pools, spec.pool_rules, catalog)
+
+
+def duration_seconds(text: str) -> int | None:
+    """Seconds of a DURATION ("90s", "1h30m"), or None when it is not one."""
+    match = DURATION.fullmatch(text)
+    if not text or match is None:
+        return None
+    hours, minutes, seconds = (int(group or 0) for group in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def _batch_issues(batch: BatchSpec) -> Iterable[ConfigIssue]:
+    seen: set[str] = set()
+    for index, namespace in enumerate(batch.namespaces):
+        where = config_path("batch", "namespaces", index)
+        if len(namespace) > 63 or not DNS_LABEL.match(namespace):
+            yield ConfigIssue(
+                where, namespace, "not a namespace name", "use a lowercase DNS label, e.g. research"
+            )
+        elif namespace in RESERVED_NAMESPACES or namespace.startswith("kube-"):
+            yield ConfigIssue(
+                where,
+                namespace,
+                "exists in every cluster or belongs to Kueue or the GPU Operator",
+                "list your teams' own namespaces (the stack creates them)",
+            )
+        elif namespace in seen:
+            yield ConfigIssue(where, namespace, "listed twice", "list each namespace once")
+        seen.add(namespace)
+    seconds = duration_seconds(batch.pods_ready_timeout)
+    if seconds is None:
+        yield ConfigIssue(
+            config_path("batch", "podsReadyTimeout"),
+            batch.pods_ready_timeout,
+            "not a duration",
+            'write it like "30m" or "1h"',
+        )
+    elif seconds < MIN_PODS_READY_MINUTES * 60:
+        yield ConfigIssue(
+            config_path("batch", "podsReadyTimeout"),
+            batch.pods_ready_timeout,
+            f"is shorter than a GPU node takes to start from zero (allow at least {MIN_PODS_READY_MINUTES}m)",
+            'use "30m" unless your pools keep warm nodes (minNodes)',
+        )
 
 
 def gpu_pool_issues(

@@ -27,6 +27,7 @@ import yaml
 from gpu_k8s.tools import helm as helm_tool
 from gpu_k8s.tools.charts import ChartRenderer, ReleaseRef, release_ref, source_problem
 from gpu_k8s.tools.engine import Recording
+from tests.conftest import some
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 # The plans the tests make, with the stack config each was made from.
@@ -39,8 +40,8 @@ PLANS = {
 }
 # What each plan installs with Helm (written here, not read from the code).
 EXPECTED_CHARTS = {
-    "aws_eks": {"gpu-operator", "cluster-autoscaler"},
-    "mixed_sharing": {"gpu-operator", "cluster-autoscaler"},
+    "aws_eks": {"gpu-operator", "cluster-autoscaler", "kueue"},
+    "mixed_sharing": {"gpu-operator", "cluster-autoscaler", "kueue"},
     "gcp_gke": {"gpu-operator"},
     "aws_k3s": {
         "gpu-operator",
@@ -647,3 +648,50 @@ def test_on_eks_the_autoscaler_needs_no_instance_metadata(rendered):
     assert not spec.get("hostNetwork")
     env = {e["name"]: e.get("value") for c in spec["containers"] for e in c.get("env", [])}
     assert env["AWS_REGION"] == "us-east-1"
+
+
+KUEUE_KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue")
+
+
+def test_the_plans_kueue_objects_pass_the_installed_crds_strictly(rendered):
+    release = rendered["aws_eks", "kueue"]
+    schemas = crd_schemas(release.objects)
+    recording = release.recording
+    objects = [
+        {
+            "apiVersion": r.inputs["apiVersion"],
+            "kind": r.inputs["kind"],
+            "metadata": r.inputs["metadata"],
+            "spec": r.inputs["spec"],
+        }
+        for r in recording.registrations
+        if r.type.startswith("kubernetes:kueue.x-k8s.io/")
+    ]
+    assert {o["kind"] for o in some(objects, at_least=6)} == set(KUEUE_KINDS)
+    for obj in objects:
+        validate_custom_resource(obj, schemas)
+    queue = next(o for o in objects if o["kind"] == "ClusterQueue")
+    queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuta"] = 1
+    with pytest.raises(jsonschema.ValidationError):
+        validate_custom_resource(queue, schemas)
+
+
+def test_kueue_reads_all_or_nothing_admission_and_gpu_only_quotas_from_its_config(rendered):
+    release = rendered["aws_eks", "kueue"]
+    (config_map,) = [
+        o for o in release.of_kind("ConfigMap") if "controller_manager_config.yaml" in o.get("data", {})
+    ]
+    configuration = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
+    assert configuration["waitForPodsReady"] == {"timeout": "30m", "blockAdmission": False}
+    assert configuration["resources"]["excludeResourcePrefixes"] == [
+        "cpu",
+        "memory",
+        "ephemeral-storage",
+        "hugepages-",
+    ]
+    assert configuration["managedJobsNamespaceSelector"]["matchExpressions"][0]["values"] == ["research"]
+    (manager,) = [
+        d for d in release.of_kind("Deployment") if d["metadata"]["name"].endswith("controller-manager")
+    ]
+    images = {c["image"] for c in manager["spec"]["template"]["spec"]["containers"]}
+    assert images == {"registry.k8s.io/kueue/kueue:v0.19.2"}

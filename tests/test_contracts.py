@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from gpu_k8s.components.autoscaler import COMMON_FLAGS
+from gpu_k8s.components.batch import KUEUE_CHART_VERSION
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.components.compat import CLUSTER_AUTOSCALER_CHART_VERSION, GPU_OPERATOR_CHART_VERSION
 from gpu_k8s.components.sharing import (
@@ -122,6 +123,11 @@ def test_gpu_operator_nfd_values_exist_in_the_vendored_subchart(aws_eks):
     assert unknown_values(ours, subchart) == []
 
 
+def test_kueue_values_exist_in_the_pinned_chart(aws_eks):
+    chart = upstream_yaml(f"kueue/{KUEUE_CHART_VERSION}/values.yaml")
+    assert unknown_values(release_values(aws_eks, "ml-batch-kueue"), chart) == []
+
+
 def test_autoscaler_values_exist_in_the_pinned_chart(aws_eks):
     chart = upstream_yaml(f"cluster-autoscaler/{CLUSTER_AUTOSCALER_CHART_VERSION}/values.yaml")
     assert (
@@ -146,6 +152,9 @@ def test_operator_defaults_we_extend_are_still_the_charts(aws_eks):
         assert toleration in ours["node-feature-discovery"]["worker"]["tolerations"]
 
 
+KUEUE_CRDS = sorted((REPO_ROOT / "upstream" / "kueue" / KUEUE_CHART_VERSION / "crds").glob("*.yaml"))
+
+
 def kubernetes_objects(*recordings) -> list[dict[str, Any]]:
     """Every Kubernetes object the stacks register directly (Helm releases are checked by their values)."""
     objects = [
@@ -162,10 +171,12 @@ def test_kubernetes_objects_pass_strict_schema_validation(
     aws_eks, mixed_sharing, gcp_gke, aws_k3s, gcp_k3s, minor
 ):
     objects = kubernetes_objects(aws_eks, mixed_sharing, gcp_gke, aws_k3s, gcp_k3s)
-    # Custom resources against the schema of the CRD the stack installs with them (k3s upgrade Plans).
-    schemas = {(api, kind): schema for (api, kind, _), schema in crd_schemas(objects).items()}
+    # Custom resources against the schema of the CRD the stack installs with them (k3s upgrade Plans) or
+    # its chart installs (Kueue's, pinned under upstream/kueue).
+    kueue_crds = [upstream_yaml(f"kueue/{KUEUE_CHART_VERSION}/crds/{path.name}") for path in KUEUE_CRDS]
+    schemas = {(api, kind): schema for (api, kind, _), schema in crd_schemas([*objects, *kueue_crds]).items()}
     custom = [o for o in objects if (o["apiVersion"], o["kind"]) in schemas]
-    assert {o["kind"] for o in custom} == {"Plan"}
+    assert {o["kind"] for o in custom} == {"Plan", "ResourceFlavor", "ClusterQueue", "LocalQueue"}
     for obj in custom:
         jsonschema.validate(obj, schemas[obj["apiVersion"], obj["kind"]])
     objects = [o for o in objects if o not in custom]

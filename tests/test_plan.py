@@ -80,14 +80,25 @@ def test_text_plan_shows_tree_dependencies_and_pool_summary(aws_eks):
     assert "ignoreChanges=scalingConfig.desiredSize" in text
     rows = [re.split(r"\s{2,}", line.strip()) for line in text.split("GPU pools")[1].splitlines()[2:6]]
     assert [row[0] for row in rows] == ["l40s", "a10g-shared", "l4-mps", "h100"]
-    # name, instance type, GPU model, GPUs, sharing, slots/node, isolation, nodes, capacity
+    # name, instance type, GPU model, GPUs, sharing, slots/node, isolation, nodes, capacity, queue quota
     assert rows[0][1:5] == ["g6e.xlarge", "nvidia-l40s", "1", "none"]
     assert [row[5:] for row in rows] == [
-        ["1: 1 x nvidia.com/gpu (48 GiB)", "hardware", "0-4", "spot"],
-        ["4: 4 x nvidia.com/gpu (6 GiB)", "none", "0-4", "spot"],
-        ["16: 16 x nvidia.com/gpu (6 GiB)", "memory+compute limits", "0-2", "on-demand"],
-        ["56: 56 x nvidia.com/gpu (10 GiB)", "hardware", "0-2", "on-demand"],
+        ["1: 1 x nvidia.com/gpu (48 GiB)", "hardware", "0-4", "spot", "4 x nvidia.com/gpu"],
+        ["4: 4 x nvidia.com/gpu (6 GiB)", "none", "0-4", "spot", "16 x nvidia.com/gpu"],
+        [
+            "16: 16 x nvidia.com/gpu (6 GiB)",
+            "memory+compute limits",
+            "0-2",
+            "on-demand",
+            "32 x nvidia.com/gpu",
+        ],
+        ["56: 56 x nvidia.com/gpu (10 GiB)", "hardware", "0-2", "on-demand", "112 x nvidia.com/gpu"],
     ]
+
+
+def test_the_pool_table_has_no_queue_column_without_batch(gcp_gke):
+    header = render_text(gcp_gke).split("GPU pools")[1].splitlines()[1]
+    assert "capacity" in header and "queue quota" not in header
 
 
 def test_text_plan_lists_warnings(aws_eks_config):

@@ -134,21 +134,21 @@ def _slot_text(pool: dict[str, Any]) -> str:
     return " + ".join(f"{s['perNode']} x {s['resource']} ({s['memoryGiB']:g} GiB)" for s in pool["slots"])
 
 
-def pool_table(pools: list[dict[str, Any]]) -> list[str]:
-    """One line per pool of the `gpuPools` output: hardware, sharing, slots, isolation, scaling."""
-    rows = [
-        (
-            "name",
-            "instance type",
-            "GPU model",
-            "GPUs",
-            "sharing",
-            "slots/node",
-            "isolation",
-            "nodes",
-            "capacity",
-        )
-    ]
+def pool_table(pools: list[dict[str, Any]], queue_quotas: dict[str, str] | None = None) -> list[str]:
+    """One line per pool of the `gpuPools` output: hardware, sharing, slots, isolation, scaling, and the
+    quota of its batch queue where the plan makes one (`queue_quotas`, by pool name)."""
+    header = (
+        "name",
+        "instance type",
+        "GPU model",
+        "GPUs",
+        "sharing",
+        "slots/node",
+        "isolation",
+        "nodes",
+        "capacity",
+    )
+    rows = [header + (("queue quota",) if queue_quotas else ())]
     rows += [
         (
             pool["name"],
@@ -161,12 +161,31 @@ def pool_table(pools: list[dict[str, Any]]) -> list[str]:
             f"{pool['minNodes']}-{pool['maxNodes']}",
             "spot" if pool["spot"] else "on-demand",
         )
+        + ((queue_quotas.get(pool["name"], "none"),) if queue_quotas else ())
         for pool in pools
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
     ]
+
+
+CLUSTER_QUEUE_TYPE = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
+
+
+def queue_quotas(recording: Recording) -> dict[str, str]:
+    """The nominal quota of each Kueue ClusterQueue the plan creates, by queue (= pool) name."""
+    quotas = {}
+    for queue in recording.registrations:
+        if queue.type == CLUSTER_QUEUE_TYPE:
+            resources = [
+                f"{resource['nominalQuota']:g} x {resource['name']}"
+                for group in queue.inputs["spec"]["resourceGroups"]
+                for flavor in group["flavors"]
+                for resource in flavor["resources"]
+            ]
+            quotas[queue.inputs["metadata"]["name"]] = " + ".join(resources)
+    return quotas
 
 
 def render_text(recording: Recording) -> str:
@@ -200,7 +219,7 @@ def render_text(recording: Recording) -> str:
     pools = redact(recording.outputs.get("gpuPools", []))
     if pools:
         lines += ["", "GPU pools (slots: schedulable GPU resources per node once the GPUs are set up):"]
-        lines += [f"  {line}" for line in pool_table(pools)]
+        lines += [f"  {line}" for line in pool_table(pools, queue_quotas(recording))]
     if recording.warnings:
         lines += ["", "Warnings:"] + [f"  {warning}" for warning in recording.warnings]
     lines += ["", "Outputs:"]

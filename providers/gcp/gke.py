@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from gpu_k8s.components.batch import BatchQueues
 from gpu_k8s.components.catalog import Catalog, load_catalog
 from gpu_k8s.components.cluster import (
     POOL_LABEL,
@@ -662,4 +663,6 @@ def build(spec: GkeClusterSpec) -> GpuCluster:
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
     GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(gke.handle, spec.addon_versions.gpu_operator))
+    if spec.batch is not None:
+        BatchQueues(f"{spec.name}-batch", gke.handle, spec.batch)
     return gke.handle

@@ -1,0 +1,213 @@
+"""Queues and gang admission for batch and training jobs: Kueue in front of the GPU pools.
+
+Each GPU pool gets a ResourceFlavor (its nodes' pool label; the pool's taints as tolerations Kueue adds to
+the pods it admits there) and a ClusterQueue whose quota is the pool at maxNodes: every GPU resource the
+pool's nodes advertise (whole GPUs, shared slots or MIG slices) times maxNodes. Pools of the same GPU model
+share a cohort, so an idle pool's quota lends to a busy one. Each listed namespace gets a LocalQueue per
+pool, named after the pool. A job is admitted whole or not at all (waitForPodsReady): if its pods are not
+all running within `batch.podsReadyTimeout`, scaling from zero included, it is evicted and queued again.
+
+Kueue admits against quota, not against running nodes: an admitted job's pods are pending until the
+cluster-autoscaler has started the pool's nodes, which it does because they are pending (Kueue's own
+documentation of running with the cluster-autoscaler). Quotas count GPU slots only: CPU, memory, disk and
+huge pages are left to the scheduler (`resources.excludeResourcePrefixes`), since a pool's allocatable CPU and
+memory are not known before a node runs and a quota above them would admit what cannot be placed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool
+from gpu_k8s.components.helm import helm_release
+from gpu_k8s.components.spec import BatchSpec
+from gpu_k8s.components.yamltext import yaml_text
+
+KUEUE_CHART_VERSION = "0.19.2"
+# The chart README at v0.19.2: helm install kueue oci://registry.k8s.io/kueue/charts/kueue --version="0.19.2".
+KUEUE_REPOSITORY = "oci://registry.k8s.io/kueue/charts"
+# The release image; the chart's git values name a staging image that its release packaging replaces
+# (shared/upstream-charts/index.json, releaseValues).
+KUEUE_IMAGE = {"repository": "registry.k8s.io/kueue/kueue", "tag": "v0.19.2"}
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Requests Kueue leaves to the scheduler (prefix match).
+UNQUOTED_RESOURCE_PREFIXES = ("cpu", "memory", "ephemeral-storage", "hugepages-")
+# The job kinds Kueue queues; a JobSet counts once it is installed.
+QUEUED_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
+
+
+def queue_quota(pool: GpuPool) -> dict[str, int]:
+    """The pool's GPU resources at maxNodes (whole GPUs, shared slots or MIG slices)."""
+    return {kind.resource: kind.per_node * pool.spec.max_nodes for kind in pool.offer.slots}
+
+
+def resource_flavor(pool: GpuPool) -> dict[str, Any]:
+    """The pool's nodes as Kueue sees them: Kueue adds the node label to the admitted pods' node selector
+    and the tolerations to their tolerations, so a job names its queue and nothing else."""
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": pool.spec.name},
+        "spec": {
+            "nodeLabels": {POOL_LABEL: pool.spec.name},
+            "tolerations": [
+                {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
+                for taint in pool.taints
+            ],
+        },
+    }
+
+
+def cluster_queue(pool: GpuPool, namespaces: Sequence[str]) -> dict[str, Any]:
+    quota = queue_quota(pool)
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ClusterQueue",
+        "metadata": {"name": pool.spec.name},
+        "spec": {
+            # Pools of one GPU model lend each other what they do not use.
+            "cohortName": pool.gpu_model_id,
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(namespaces)}
+                ]
+            },
+            "resourceGroups": [
+                {
+                    "coveredResources": list(quota),
+                    "flavors": [
+                        {
+                            "name": pool.spec.name,
+                            "resources": [
+                                {"name": name, "nominalQuota": count} for name, count in quota.items()
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def local_queue(pool_name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "LocalQueue",
+        "metadata": {"name": pool_name, "namespace": namespace},
+        "spec": {"clusterQueue": pool_name},
+    }
+
+
+def kueue_configuration(batch: BatchSpec) -> dict[str, Any]:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2): the chart's defaults, with all-or-nothing
+    admission, GPU-only quotas and the queued namespaces and job kinds."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {
+            "groupKindConcurrency": {
+                "Job.batch": 5,
+                "Pod": 5,
+                "Workload.kueue.x-k8s.io": 10,
+                "LocalQueue.kueue.x-k8s.io": 5,
+                "ClusterQueue.kueue.x-k8s.io": 5,
+                "ResourceFlavor.kueue.x-k8s.io": 1,
+            }
+        },
+        "clientConnection": {"qps": 300, "burst": 500},
+        # Without blockAdmission: a job waiting minutes for its nodes does not hold back the others; its quota
+        # is reserved, so no other job takes its place meanwhile.
+        "waitForPodsReady": {"timeout": batch.pods_ready_timeout, "blockAdmission": False},
+        "managedJobsNamespaceSelector": {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(batch.namespaces)}
+            ]
+        },
+        "integrations": {"frameworks": list(QUEUED_FRAMEWORKS)},
+        "resources": {"excludeResourcePrefixes": list(UNQUOTED_RESOURCE_PREFIXES)},
+    }
+
+
+def kueue_values(batch: BatchSpec, tolerations: Sequence[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "controllerManager": {
+            "manager": {"image": dict(KUEUE_IMAGE)},
+            "tolerations": list(tolerations),
+        },
+        "managerConfig": {"controllerManagerConfigYaml": yaml_text(kueue_configuration(batch))},
+    }
+
+
+class BatchQueues(pulumi.ComponentResource):
+    """Kueue, a flavor and a queue per GPU pool, the teams' namespaces and their LocalQueues."""
+
+    def __init__(
+        self, name: str, cluster: GpuCluster, batch: BatchSpec, opts: pulumi.ResourceOptions | None = None
+    ):
+        super().__init__("gpu-k8s:index:BatchQueues", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, provider=cluster.k8s_provider)
+        kueue_namespace = k8s.core.v1.Namespace(
+            f"{name}-kueue-namespace",
+            metadata={"name": KUEUE_NAMESPACE},
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=list(cluster.system_ready))
+            ),
+        )
+        release = helm_release(
+            f"{name}-kueue",
+            chart="kueue",
+            version=KUEUE_CHART_VERSION,
+            repository=KUEUE_REPOSITORY,
+            namespace=kueue_namespace.metadata.name,
+            values=kueue_values(batch, cluster.traits.system_tolerations),
+            parent=self,
+            provider=cluster.k8s_provider,
+            depends_on=[kueue_namespace],
+        )
+        # Kueue's webhooks check these objects, so they wait for its release (Helm waits for its pods).
+        after_kueue = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[release]))
+        team_namespaces = {
+            namespace: k8s.core.v1.Namespace(
+                f"{name}-{namespace}-namespace", metadata={"name": namespace}, opts=child
+            )
+            for namespace in batch.namespaces
+        }
+        for pool in cluster.pools:
+            flavor = _custom_resource(f"{name}-{pool.spec.name}-flavor", resource_flavor(pool), after_kueue)
+            queue = _custom_resource(
+                f"{name}-{pool.spec.name}-queue",
+                cluster_queue(pool, batch.namespaces),
+                pulumi.ResourceOptions.merge(after_kueue, pulumi.ResourceOptions(depends_on=[flavor])),
+            )
+            for namespace, team_namespace in team_namespaces.items():
+                _custom_resource(
+                    f"{name}-{namespace}-{pool.spec.name}-queue",
+                    local_queue(pool.spec.name, namespace),
+                    pulumi.ResourceOptions.merge(
+                        after_kueue, pulumi.ResourceOptions(depends_on=[queue, team_namespace])
+                    ),
+                )
+        self.register_outputs({})
+
+
+def _custom_resource(
+    name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions
+) -> pulumi.CustomResource:
+    return k8s.apiextensions.CustomResource(
+        name,
+        api_version=manifest["apiVersion"],
+        kind=manifest["kind"],
+        metadata=manifest["metadata"],
+        spec=manifest["spec"],
+        opts=opts,
+    )

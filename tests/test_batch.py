@@ -1,0 +1,163 @@
+"""`batch`: Kueue queues derived from the GPU pools (quotas, flavors, cohorts, LocalQueues), on every platform
+whose stack turns it on, and nothing of it where `batch` is absent."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from gpu_k8s.tools.engine import Recording, run_program
+from tests.conftest import assert_refused_before_any_resource, set_path, some
+
+KUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:"
+
+
+def kueue_objects(recording: Recording, kind: str) -> dict[str, dict[str, Any]]:
+    """The plan's Kueue objects of one kind, by (namespace/)name."""
+    found = {}
+    for r in recording.by_type(KUEUE + kind):
+        metadata = r.inputs["metadata"]
+        key = f"{metadata['namespace']}/{metadata['name']}" if "namespace" in metadata else metadata["name"]
+        found[key] = {**r.inputs, "urn": r.urn, "dependencies": r.dependencies}
+    return found
+
+
+def quotas(queue: dict[str, Any]) -> dict[str, int]:
+    (group,) = queue["spec"]["resourceGroups"]
+    (flavor,) = group["flavors"]
+    assert group["coveredResources"] == [r["name"] for r in flavor["resources"]]
+    return {r["name"]: int(r["nominalQuota"]) for r in flavor["resources"]}
+
+
+def test_each_pool_queues_its_gpu_slots_at_max_nodes(aws_eks):
+    queues = kueue_objects(aws_eks, "ClusterQueue")
+    # Worked out by hand from the stack file and the catalog: g6e.xlarge 1 GPU x 4 nodes; g5.xlarge 1 GPU
+    # time-sliced 4 ways x 4 nodes; g6.12xlarge 4 GPUs x MPS 4 x 2 nodes; p5.48xlarge 8 H100 x 7 1g.10gb
+    # slices (single strategy: advertised as nvidia.com/gpu) x 2 nodes.
+    assert {name: quotas(queue) for name, queue in queues.items()} == {
+        "l40s": {"nvidia.com/gpu": 4},
+        "a10g-shared": {"nvidia.com/gpu": 16},
+        "l4-mps": {"nvidia.com/gpu": 32},
+        "h100": {"nvidia.com/gpu": 112},
+    }
+
+
+def test_mixed_mig_queues_each_slice_size(aws_eks_config):
+    config = copy.deepcopy(aws_eks_config)
+    cluster = config["gpu-k8s:cluster"]
+    cluster["gpuPools"] = [
+        {
+            "name": "h100",
+            "instanceType": "p5.48xlarge",
+            "maxNodes": 3,
+            "sharing": {"mode": "mig", "strategy": "mixed", "profile": "3g.40gb"},
+        }
+    ]
+    (queue,) = kueue_objects(run_program("mixed", config), "ClusterQueue").values()
+    # 3g.40gb: two slices per H100 80GB, 8 GPUs, 3 nodes.
+    assert quotas(queue) == {"nvidia.com/mig-3g.40gb": 48}
+
+
+def test_flavors_lead_admitted_pods_to_their_pool(aws_eks):
+    flavors = kueue_objects(aws_eks, "ResourceFlavor")
+    assert flavors["l40s"]["spec"]["nodeLabels"] == {"gpu-k8s.io/pool": "l40s"}
+    shared = flavors["a10g-shared"]["spec"]["tolerations"]
+    assert {(t["key"], t["value"], t["effect"]) for t in shared} == {
+        ("nvidia.com/gpu", "true", "NoSchedule"),
+        ("gpu-k8s.io/sharing", "timeSlicing", "NoSchedule"),
+    }
+    for name, queue in kueue_objects(aws_eks, "ClusterQueue").items():
+        assert queue["spec"]["resourceGroups"][0]["flavors"][0]["name"] == name
+        assert flavors[name]["urn"] in queue["dependencies"]
+
+
+def test_pools_of_one_gpu_model_share_a_cohort(aws_eks_config):
+    config = copy.deepcopy(aws_eks_config)
+    config["gpu-k8s:cluster"]["gpuPools"] = [
+        {"name": "l40s-spot", "instanceType": "g6e.xlarge", "maxNodes": 2, "spot": True},
+        {"name": "l40s", "instanceType": "g6e.2xlarge", "maxNodes": 1},
+        {"name": "l4", "instanceType": "g6.xlarge", "maxNodes": 1},
+    ]
+    queues = kueue_objects(run_program("cohorts", config), "ClusterQueue")
+    cohorts = {name: queue["spec"]["cohortName"] for name, queue in queues.items()}
+    assert cohorts == {"l40s-spot": "nvidia-l40s", "l40s": "nvidia-l40s", "l4": "nvidia-l4"}
+
+
+def test_each_namespace_gets_a_queue_per_pool_after_kueue_and_its_namespace(aws_eks_config):
+    config = copy.deepcopy(aws_eks_config)
+    config["gpu-k8s:cluster"]["batch"] = {"namespaces": ["research", "training"]}
+    recording = run_program("teams", config)
+    local = kueue_objects(recording, "LocalQueue")
+    pools = {"l40s", "a10g-shared", "l4-mps", "h100"}
+    assert set(local) == {f"{team}/{pool}" for team in ("research", "training") for pool in pools}
+    (kueue,) = [r for r in recording.by_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "kueue"]
+    namespaces = {
+        r.inputs["metadata"]["name"]: r.urn for r in recording.by_type("kubernetes:core/v1:Namespace")
+    }
+    for key, queue in some(local.items(), at_least=8):
+        team, pool = key.split("/")
+        assert queue["spec"] == {"clusterQueue": pool}
+        assert {kueue.urn, namespaces[team]} <= set(queue["dependencies"])
+    selector = kueue_objects(recording, "ClusterQueue")["l40s"]["spec"]["namespaceSelector"]
+    assert selector["matchExpressions"][0]["values"] == ["research", "training"]
+
+
+@pytest.mark.parametrize("stack", ["gcp_gke", "aws_k3s", "gcp_k3s"])
+def test_no_batch_key_no_kueue(stack, request):
+    recording = request.getfixturevalue(stack)
+    assert not [r for r in recording.registrations if "kueue" in r.type or r.inputs.get("name") == "kueue"]
+
+
+def test_batch_runs_on_k3s_with_the_servers_tolerated(aws_k3s_config):
+    config = copy.deepcopy(aws_k3s_config)
+    config["gpu-k8s:cluster"]["batch"] = {"namespaces": ["research"]}
+    recording = run_program("k3s-batch", config)
+    (kueue,) = [r for r in recording.by_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "kueue"]
+    tolerations = kueue.inputs["values"]["controllerManager"]["tolerations"]
+    assert tolerations and all(t["operator"] == "Exists" for t in tolerations)
+    assert kueue_objects(recording, "ClusterQueue")
+
+
+BAD_BATCH = [
+    ("no-namespaces", set_path("batch.namespaces", []), "gpu-k8s:cluster.batch.namespaces", ("at least 1",)),
+    (
+        "system-namespace",
+        set_path("batch.namespaces", ["kube-system"]),
+        "gpu-k8s:cluster.batch.namespaces[0]",
+        ("exists in every cluster",),
+    ),
+    (
+        "bad-namespace",
+        set_path("batch.namespaces", ["Research"]),
+        "gpu-k8s:cluster.batch.namespaces[0]",
+        ("not a namespace name",),
+    ),
+    (
+        "namespace-twice",
+        set_path("batch.namespaces", ["research", "research"]),
+        "gpu-k8s:cluster.batch.namespaces[1]",
+        ("listed twice",),
+    ),
+    (
+        "short-timeout",
+        set_path("batch.podsReadyTimeout", "5m"),
+        "gpu-k8s:cluster.batch.podsReadyTimeout",
+        ("at least 10m",),
+    ),
+    (
+        "timeout-not-duration",
+        set_path("batch.podsReadyTimeout", "soon"),
+        "gpu-k8s:cluster.batch.podsReadyTimeout",
+        ("not a duration",),
+    ),
+    ("unknown-batch-key", set_path("batch.queues", 3), "gpu-k8s:cluster.batch.queues", ("unknown key",)),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutation", "path", "words"), [c[1:] for c in BAD_BATCH], ids=[c[0] for c in BAD_BATCH]
+)
+def test_bad_batch_config_is_refused_before_any_resource(aws_eks_config, mutation, path, words):
+    assert_refused_before_any_resource(aws_eks_config, mutation, path, words)
