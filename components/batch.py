@@ -36,6 +36,15 @@ KUEUE_IMAGE = {"repository": "registry.k8s.io/kueue/kueue", "tag": "v0.19.2"}
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# JobSet runs a training job as a group of Jobs (leader and workers) with a headless Service for rendezvous;
+# Kueue queues a JobSet as one workload. Chosen over the Kubeflow trainer: framework-neutral, queued by Kueue
+# natively, and a single small controller (the trainer's v2 builds on it).
+JOBSET_CHART_VERSION = "0.12.0"
+JOBSET_REPOSITORY = "oci://registry.k8s.io/jobset/charts"
+# As its release packaging sets them (shared/upstream-charts/index.json, releaseValues); git's values name a
+# staging image.
+JOBSET_IMAGE = {"repository": "registry.k8s.io/jobset/jobset", "tag": "v0.12.0", "pullPolicy": "IfNotPresent"}
+JOBSET_NAMESPACE = "jobset-system"
 # Requests Kueue leaves to the scheduler (prefix match).
 UNQUOTED_RESOURCE_PREFIXES = ("cpu", "memory", "ephemeral-storage", "hugepages-")
 # The job kinds Kueue queues; a JobSet counts once it is installed.
@@ -138,6 +147,10 @@ def kueue_configuration(batch: BatchSpec) -> dict[str, Any]:
     }
 
 
+def jobset_values(tolerations: Sequence[dict[str, str]]) -> dict[str, Any]:
+    return {"image": dict(JOBSET_IMAGE), "controller": {"tolerations": list(tolerations)}}
+
+
 def kueue_values(batch: BatchSpec, tolerations: Sequence[dict[str, str]]) -> dict[str, Any]:
     return {
         "controllerManager": {
@@ -149,7 +162,7 @@ def kueue_values(batch: BatchSpec, tolerations: Sequence[dict[str, str]]) -> dic
 
 
 class BatchQueues(pulumi.ComponentResource):
-    """Kueue, a flavor and a queue per GPU pool, the teams' namespaces and their LocalQueues."""
+    """Kueue, JobSet, a flavor and a queue per GPU pool, the teams' namespaces and their LocalQueues."""
 
     def __init__(
         self, name: str, cluster: GpuCluster, batch: BatchSpec, opts: pulumi.ResourceOptions | None = None
@@ -173,6 +186,24 @@ class BatchQueues(pulumi.ComponentResource):
             parent=self,
             provider=cluster.k8s_provider,
             depends_on=[kueue_namespace],
+        )
+        jobset_namespace = k8s.core.v1.Namespace(
+            f"{name}-jobset-namespace",
+            metadata={"name": JOBSET_NAMESPACE},
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=list(cluster.system_ready))
+            ),
+        )
+        helm_release(
+            f"{name}-jobset",
+            chart="jobset",
+            version=JOBSET_CHART_VERSION,
+            repository=JOBSET_REPOSITORY,
+            namespace=jobset_namespace.metadata.name,
+            values=jobset_values(cluster.traits.system_tolerations),
+            parent=self,
+            provider=cluster.k8s_provider,
+            depends_on=[jobset_namespace],
         )
         # Kueue's webhooks check these objects, so they wait for its release (Helm waits for its pods).
         after_kueue = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[release]))

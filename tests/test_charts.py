@@ -40,8 +40,8 @@ PLANS = {
 }
 # What each plan installs with Helm (written here, not read from the code).
 EXPECTED_CHARTS = {
-    "aws_eks": {"gpu-operator", "cluster-autoscaler", "kueue"},
-    "mixed_sharing": {"gpu-operator", "cluster-autoscaler", "kueue"},
+    "aws_eks": {"gpu-operator", "cluster-autoscaler", "kueue", "jobset"},
+    "mixed_sharing": {"gpu-operator", "cluster-autoscaler", "kueue", "jobset"},
     "gcp_gke": {"gpu-operator"},
     "aws_k3s": {
         "gpu-operator",
@@ -670,7 +670,7 @@ def test_the_plans_kueue_objects_pass_the_installed_crds_strictly(rendered):
     assert {o["kind"] for o in some(objects, at_least=6)} == set(KUEUE_KINDS)
     for obj in objects:
         validate_custom_resource(obj, schemas)
-    queue = next(o for o in objects if o["kind"] == "ClusterQueue")
+    queue = copy.deepcopy(next(o for o in objects if o["kind"] == "ClusterQueue"))
     queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuta"] = 1
     with pytest.raises(jsonschema.ValidationError):
         validate_custom_resource(queue, schemas)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from gpu_k8s.components.autoscaler import COMMON_FLAGS
-from gpu_k8s.components.batch import KUEUE_CHART_VERSION
+from gpu_k8s.components.batch import JOBSET_CHART_VERSION, KUEUE_CHART_VERSION
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.components.compat import CLUSTER_AUTOSCALER_CHART_VERSION, GPU_OPERATOR_CHART_VERSION
 from gpu_k8s.components.sharing import (
@@ -126,6 +126,13 @@ def test_gpu_operator_nfd_values_exist_in_the_vendored_subchart(aws_eks):
 def test_kueue_values_exist_in_the_pinned_chart(aws_eks):
     chart = upstream_yaml(f"kueue/{KUEUE_CHART_VERSION}/values.yaml")
     assert unknown_values(release_values(aws_eks, "ml-batch-kueue"), chart) == []
+
+
+def test_jobset_values_exist_in_the_pinned_chart(aws_eks):
+    chart = yaml.safe_load(
+        (REPO_ROOT / "upstream" / "charts" / f"jobset-{JOBSET_CHART_VERSION}" / "values.yaml").read_text()
+    )
+    assert unknown_values(release_values(aws_eks, "ml-batch-jobset"), chart) == []
 
 
 def test_autoscaler_values_exist_in_the_pinned_chart(aws_eks):

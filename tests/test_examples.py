@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import kubernetes_validate
 import pytest
+import yaml
 
 from gpu_k8s.components.configbase import ConfigError
 from gpu_k8s.tools.engine import Secret, load_project, run_program, stack_config
@@ -179,3 +181,48 @@ def test_a_cluster_on_an_unsupported_kubernetes_is_refused_before_any_node_group
     (issue,) = caught.value.issues
     assert issue.path == "gpu-k8s:gpuLayer.cluster"
     assert "runs Kubernetes 1.31" in issue.problem
+
+
+DDP_TRAINING = REPO_ROOT / "examples" / "ddp-training" / "jobset.yaml"
+
+
+def test_the_ddp_jobset_passes_the_pinned_jobset_crd_strictly():
+    from tests.test_charts import crd_schemas, validate_custom_resource
+
+    crd_file = REPO_ROOT / "upstream" / "charts" / "jobset-0.12.0" / "crds" / "jobset.x-k8s.io_jobsets.yaml"
+    crd = yaml.safe_load(crd_file.read_text())
+    schemas = crd_schemas([crd])
+    config_map, jobset = yaml.safe_load_all(DDP_TRAINING.read_text())
+    validate_custom_resource(jobset, schemas)
+    kubernetes_validate.validate(config_map, "1.35.0", strict=True)
+    mount = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["volumes"][0]
+    assert mount["configMap"]["name"] == config_map["metadata"]["name"]
+
+
+def test_kueue_can_admit_the_ddp_jobset_whole_on_the_aws_eks_stack(aws_eks):
+    _, jobset = yaml.safe_load_all(DDP_TRAINING.read_text())
+    queue_name = jobset["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    namespace = jobset["metadata"]["namespace"]
+    local_queues = {
+        (r.inputs["metadata"]["namespace"], r.inputs["metadata"]["name"]): r.inputs["spec"]["clusterQueue"]
+        for r in aws_eks.by_type("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue")
+    }
+    cluster_queue = local_queues[namespace, queue_name]
+    (queue,) = [
+        r
+        for r in aws_eks.by_type("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")
+        if r.inputs["metadata"]["name"] == cluster_queue
+    ]
+    quota = {
+        resource["name"]: resource["nominalQuota"]
+        for resource in queue.inputs["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    }
+    (workers,) = jobset["spec"]["replicatedJobs"]
+    pod = workers["template"]["spec"]["template"]["spec"]
+    gpus_per_pod = pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+    pods = workers["template"]["spec"]["parallelism"]
+    assert pods == 2 and pods * gpus_per_pod <= quota["nvidia.com/gpu"]
+    pool = next(p for p in aws_eks.outputs["gpuPools"] if p["name"] == cluster_queue)
+    assert gpus_per_pod <= pool["slotsPerNode"]
+    # Kueue brings the pool's node selector and tolerations (its ResourceFlavor); the manifest names neither.
+    assert "nodeSelector" not in pod and "tolerations" not in pod
