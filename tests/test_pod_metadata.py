@@ -47,9 +47,8 @@ in_cloud ip route add 10.42.0.0/16 via 192.0.2.1
 ip route add 169.254.169.254/32 via 192.0.2.2
 sysctl -qw net.ipv4.ip_forward=1
 in_cloud "$PYTHON" -m http.server --bind 169.254.169.254 80 > /dev/null 2>&1 &
-# ip netns exec execs the server: $! is its pid, and it must not outlive the test.
-server=$!
-trap 'kill "$server"' EXIT
+# The server must not outlive the test (whatever runs in the metadata namespace stops with it).
+trap 'ip netns pids cloud | xargs -r kill' EXIT
 probe() { curl -s -o /dev/null -m 3 -w '%{http_code}' http://169.254.169.254/ || true; }
 for _ in $(seq 1 50); do [ "$(probe)" = 200 ] && break; sleep 0.1; done
 echo "before pod=$(in_pod bash -c "$(declare -f probe); probe") node=$(probe)"
