@@ -71,7 +71,10 @@ def node_template(pool: GpuPool, cluster_unneeded_time: str) -> NodeTemplate:
     return NodeTemplate(
         labels=dict(pool.node_labels),
         taints=pool.taints,
-        resources={resource: str(count) for resource, count in pool.offer.resources.items()},
+        resources={
+            resource: str(count)
+            for resource, count in {**pool.offer.resources, **pool.interconnect_resources}.items()
+        },
         scale_down_unneeded_time=None if own == cluster_unneeded_time else own,
     )
 

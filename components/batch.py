@@ -52,8 +52,10 @@ QUEUED_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
 
 
 def queue_quota(pool: GpuPool) -> dict[str, int]:
-    """The pool's GPU resources at maxNodes (whole GPUs, shared slots or MIG slices)."""
-    return {kind.resource: kind.per_node * pool.spec.max_nodes for kind in pool.offer.slots}
+    """The pool's GPU resources at maxNodes (whole GPUs, shared slots or MIG slices), and its interconnect's
+    (Kueue would refuse a job asking for a resource its queue does not cover)."""
+    per_node = {**pool.offer.resources, **pool.interconnect_resources}
+    return {resource: count * pool.spec.max_nodes for resource, count in per_node.items()}
 
 
 def resource_flavor(pool: GpuPool) -> dict[str, Any]:

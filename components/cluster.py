@@ -7,8 +7,8 @@ Whatever differs by platform reaches the cloud-agnostic components as data on th
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import pulumi
@@ -93,6 +93,8 @@ class GpuPool:
     offer: NodeOffer
     node_labels: dict[str, str]
     taints: tuple[TaintSpec, ...]
+    # Extended resources one node advertises for the pool's interconnect (e.g. its EFA interfaces).
+    interconnect_resources: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def gpus_per_node(self) -> int:
@@ -174,6 +176,7 @@ def resolve_pools(spec: GpuLayerSpec, catalog: Catalog, traits: PlatformTraits) 
                 offer=offer,
                 node_labels=labels,
                 taints=(gpu_taint, *sharing_taints, *pool.taints),
+                interconnect_resources=spec.pool_rules.interconnect_resources(pool, machine),
             )
         )
     return tuple(pools)

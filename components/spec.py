@@ -150,6 +150,9 @@ class GpuPoolSpec(StrictModel):
     # lives in the block's zone, and starts nodes only while the block is active. On-Demand Capacity
     # Reservations are not supported (yet).
     capacity_reservation_id: str | None = None
+    # A fast interconnect between the pool's nodes for multi-node training, where the cloud offers one for
+    # the instance type (AWS: efa).
+    interconnect: str | None = None
 
 
 # Namespaces every cluster has, or that Kueue and the GPU Operator own: no team's jobs queue there.
@@ -226,6 +229,20 @@ class PoolRules:
             f"a {self.cloud} pool has one machine type",
             "remove it; make another pool for another machine type",
         )
+
+    def interconnect_issues(
+        self, path: Callable[..., str], pool: GpuPoolSpec, catalog: Catalog
+    ) -> Iterable[ConfigIssue]:
+        yield ConfigIssue(
+            path("interconnect"),
+            pool.interconnect,
+            f"no interconnect is built for {self.cloud} yet",
+            "remove it",
+        )
+
+    def interconnect_resources(self, pool: GpuPoolSpec, machine: MachineType) -> dict[str, int]:
+        """Extended resources a node of the pool advertises for its interconnect (per node)."""
+        return {}
 
 
 class ClusterSpec(StrictModel):
@@ -607,6 +624,8 @@ def _pool_issues(index: int, pool: GpuPoolSpec, rules: PoolRules, catalog: Catal
             )
     if pool.extra_instance_types:
         yield from rules.extra_type_issues(path, pool, catalog)
+    if pool.interconnect is not None:
+        yield from rules.interconnect_issues(path, pool, catalog)
     if pool.name == DEFAULT_DEVICE_PLUGIN_CONFIG:
         yield ConfigIssue(
             path("name"),

@@ -18,10 +18,11 @@ GPU_POOLS = {
     "a10g-shared": ("g5.xlarge", True, 4, 200),
     "l4-mps": ("g6.12xlarge", False, 2, 200),
     "h100": ("p5.48xlarge", False, 2, 500),
+    "h100-train": ("p5.48xlarge", False, 2, 500),
 }
 # Schedulable nvidia.com/gpu per node, worked out by hand: 1 L40S whole; 1 A10G x 4 time-slices;
 # 4 L4 x 4 MPS clients; 8 H100 x 7 MIG 1g.10gb slices (single strategy: advertised as nvidia.com/gpu).
-GPU_SLOTS_PER_NODE = {"l40s": 1, "a10g-shared": 4, "l4-mps": 16, "h100": 56}
+GPU_SLOTS_PER_NODE = {"l40s": 1, "a10g-shared": 4, "l4-mps": 16, "h100": 56, "h100-train": 8}
 # Pools whose slot is not a whole GPU carry a second taint that only pods meant for them tolerate.
 SHARING_TAINT = {"a10g-shared": "timeSlicing", "l4-mps": "mps", "h100": "mig"}
 
@@ -76,6 +77,8 @@ def test_each_pool_has_one_node_group_per_zone_with_its_limits_split_over_them(a
         "a10g-shared": [([subnets[0]], 2), ([subnets[1]], 1), ([subnets[2]], 1)],
         "l4-mps": [([subnets[0]], 1), ([subnets[1]], 1)],
         "h100": [([subnets[0]], 1), ([subnets[1]], 1)],
+        # EFA: one zone, one cluster placement group.
+        "h100-train": [([subnets[0]], 2)],
     }
     for pool, groups in zone_node_groups(aws_eks).items():
         assert sum(g.inputs["scalingConfig"]["maxSize"] for g in groups) == GPU_POOLS[pool][2]
@@ -90,7 +93,7 @@ def test_gpu_node_groups_replace_nodes_one_at_a_time_without_a_surge_node(aws_ek
     """MINIMAL: terminate, then launch (EKS API reference: meant for GPUs); DEFAULT would first need a
     second GPU instance of quota and capacity for every node it replaces."""
     groups = [g for zones in zone_node_groups(aws_eks).values() for g in zones]
-    assert len(groups) == 10
+    assert len(groups) == 11
     for group in groups:
         assert group.inputs["updateConfig"] == {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
     system = aws_eks.by_name("ml-system").inputs["updateConfig"]
@@ -148,7 +151,13 @@ def test_asg_template_tags_match_the_pool_spec(aws_eks, pool):
     }
     # The root volume a node brings: a pod asking for ephemeral storage can scale a group up from zero.
     disk = GPU_POOLS[pool][3]
-    assert resources == {"nvidia.com/gpu": str(GPU_SLOTS_PER_NODE[pool]), "ephemeral-storage": f"{disk}Gi"}
+    # An EFA pool's nodes also bring their interfaces and the huge pages the EFA driver reserves.
+    efa = {"vpc.amazonaws.com/efa": "32", "hugepages-2Mi": "10256Mi"} if pool == "h100-train" else {}
+    assert resources == {
+        "nvidia.com/gpu": str(GPU_SLOTS_PER_NODE[pool]),
+        "ephemeral-storage": f"{disk}Gi",
+        **efa,
+    }
     # Every pool uses the default idle time, which the autoscaler gets as its cluster-wide flag.
     assert not [key for key in tags if "autoscaling-options" in key]
 
@@ -326,6 +335,7 @@ def test_stack_outputs_summarise_pools(aws_eks):
         "a10g-shared": ("nvidia-a10g", "timeSlicing", 4, "none"),
         "l4-mps": ("nvidia-l4", "mps", 16, "memory+compute limits"),
         "h100": ("nvidia-h100-80gb", "mig", 56, "hardware"),
+        "h100-train": ("nvidia-h100-80gb", "none", 8, "hardware"),
     }
     # A quarter of a 24 GiB GPU per MPS client; one 1g.10gb slice is an eighth of an H100's 80 GiB.
     assert pools["l4-mps"]["slots"] == [{"resource": "nvidia.com/gpu", "perNode": 16, "memoryGiB": 6}]
@@ -343,9 +353,9 @@ def test_existing_vpc_creates_no_network_resources(aws_eks_config):
         "publicSubnetIds": ["subnet-0cccccccccccccccc", "subnet-0dddddddddddddddd"],
     }
     rec = run_program("existing-vpc", config)
-    assert not [
-        r for r in rec.registrations if r.type.startswith("aws:ec2/") and "launchTemplate" not in r.type
-    ]
+    # Launch templates and the EFA pool's placement group are the node groups', not the network's.
+    node_parts = ("aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/placementGroup:PlacementGroup")
+    assert not [r for r in rec.registrations if r.type.startswith("aws:ec2/") and r.type not in node_parts]
     cluster = rec.by_type("aws:eks/cluster:Cluster")[0].inputs
     assert cluster["vpcConfig"]["subnetIds"] == ["subnet-0aaaaaaaaaaaaaaaa", "subnet-0bbbbbbbbbbbbbbbb"]
 
@@ -424,7 +434,7 @@ def test_cluster_stays_on_standard_support_and_is_protected_from_deletion(aws_ek
 
 def test_every_node_group_is_repaired_by_eks(aws_eks):
     groups = aws_eks.by_type("aws:eks/nodeGroup:NodeGroup")
-    assert len(groups) == 1 + 3 + 3 + 2 + 2  # the system group, then each GPU pool's zones
+    assert len(groups) == 1 + 3 + 3 + 2 + 2 + 1  # the system group, then each GPU pool's zones
     for group in groups:
         assert group.inputs["nodeRepairConfig"] == {"enabled": True}, group.name
 
@@ -536,7 +546,7 @@ def test_what_groups_launch_carries_the_clusters_tag(aws_eks, aws_k3s):
         *aws_eks.by_type("aws:ec2/launchTemplate:LaunchTemplate"),
         *aws_k3s.by_type("aws:ec2/launchTemplate:LaunchTemplate"),
     ]
-    assert len(templates) == 7
+    assert len(templates) == 8
     for template in templates:
         specs = {s["resourceType"]: s["tags"] for s in template.inputs["tagSpecifications"]}
         assert set(specs) == {"instance", "volume", "network-interface"}, template.name
@@ -555,7 +565,7 @@ def test_node_groups_run_the_recommended_ami_release_of_their_minor(aws_eks):
         "/aws/service/eks/optimized-ami/1.36/amazon-linux-2023/arm64/standard/recommended/release_version"
     )
     groups = aws_eks.by_type("aws:eks/nodeGroup:NodeGroup")
-    assert len(groups) == 11
+    assert len(groups) == 12
     for group in groups:
         assert group.inputs["version"] == "1.35"
         assert group.inputs["releaseVersion"].startswith("1.35."), group.name

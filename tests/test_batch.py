@@ -41,6 +41,8 @@ def test_each_pool_queues_its_gpu_slots_at_max_nodes(aws_eks):
         "a10g-shared": {"nvidia.com/gpu": 16},
         "l4-mps": {"nvidia.com/gpu": 32},
         "h100": {"nvidia.com/gpu": 112},
+        # 8 whole H100s and 32 EFA interfaces per p5.48xlarge, 2 nodes.
+        "h100-train": {"nvidia.com/gpu": 16, "vpc.amazonaws.com/efa": 64},
     }
 
 
@@ -90,13 +92,13 @@ def test_each_namespace_gets_a_queue_per_pool_after_kueue_and_its_namespace(aws_
     config["gpu-k8s:cluster"]["batch"] = {"namespaces": ["research", "training"]}
     recording = run_program("teams", config)
     local = kueue_objects(recording, "LocalQueue")
-    pools = {"l40s", "a10g-shared", "l4-mps", "h100"}
+    pools = {"l40s", "a10g-shared", "l4-mps", "h100", "h100-train"}
     assert set(local) == {f"{team}/{pool}" for team in ("research", "training") for pool in pools}
     (kueue,) = [r for r in recording.by_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "kueue"]
     namespaces = {
         r.inputs["metadata"]["name"]: r.urn for r in recording.by_type("kubernetes:core/v1:Namespace")
     }
-    for key, queue in some(local.items(), at_least=8):
+    for key, queue in some(local.items(), at_least=10):
         team, pool = key.split("/")
         assert queue["spec"] == {"clusterQueue": pool}
         assert {kueue.urn, namespaces[team]} <= set(queue["dependencies"])

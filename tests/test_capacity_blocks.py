@@ -48,7 +48,7 @@ def _in_block(config: dict[str, Any], pool: int, **keys: Any) -> dict[str, Any]:
 
 
 def _h100_template(rec: Recording) -> dict[str, Any]:
-    (template,) = [t for t in rec.by_type(LAUNCH_TEMPLATE) if "h100" in t.name]
+    (template,) = [t for t in rec.by_type(LAUNCH_TEMPLATE) if t.name == "ml-gpu-h100-lt"]
     return template.inputs
 
 
@@ -86,8 +86,8 @@ def test_an_eks_pool_in_a_block_launches_into_it_from_its_template(eks_in_block)
 
 
 def test_eks_pools_outside_blocks_keep_their_market(eks_in_block):
-    templates = [t.inputs for t in eks_in_block.by_type(LAUNCH_TEMPLATE) if "h100" not in t.name]
-    assert len(templates) == 4
+    templates = [t.inputs for t in eks_in_block.by_type(LAUNCH_TEMPLATE) if t.name != "ml-gpu-h100-lt"]
+    assert len(templates) == 5
     for template in templates:
         assert not {"instanceType", "instanceMarketOptions", "capacityReservationSpecification"} & set(
             template

@@ -40,7 +40,7 @@ PLANS = {
 }
 # What each plan installs with Helm (written here, not read from the code).
 EXPECTED_CHARTS = {
-    "aws_eks": {"gpu-operator", "cluster-autoscaler", "kueue", "jobset"},
+    "aws_eks": {"gpu-operator", "cluster-autoscaler", "kueue", "jobset", "aws-efa-k8s-device-plugin"},
     "mixed_sharing": {"gpu-operator", "cluster-autoscaler", "kueue", "jobset"},
     "gcp_gke": {"gpu-operator"},
     "aws_k3s": {
@@ -695,3 +695,21 @@ def test_kueue_reads_all_or_nothing_admission_and_gpu_only_quotas_from_its_confi
     ]
     images = {c["image"] for c in manager["spec"]["template"]["spec"]["containers"]}
     assert images == {"registry.k8s.io/kueue/kueue:v0.19.2"}
+
+
+def test_the_efa_device_plugin_runs_on_tainted_gpu_nodes_with_efa(rendered):
+    release = rendered["aws_eks", "aws-efa-k8s-device-plugin"]
+    (daemonset,) = release.of_kind("DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists"} in pod["tolerations"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    instance_types = {
+        value
+        for term in terms
+        for expression in term["matchExpressions"]
+        if expression["key"] == "node.kubernetes.io/instance-type"
+        for value in expression["values"]
+    }
+    assert "p5.48xlarge" in instance_types

@@ -137,8 +137,9 @@ def test_aws_nodes_require_imdsv2_with_the_intended_hop_limit(
                 "httpTokens": "required",
                 "httpPutResponseHopLimit": hops,
             }, node.name
-    # EKS: a template per node group (four GPU pools, the system pool); aws-k3s: two GPU pools, three servers.
-    assert counts == {"aws-eks": 5, "mixed": 5, "aws-k3s": 5}
+    # EKS: a template per pool (five GPU pools, the system pool; the mixed-sharing variant has four GPU
+    # pools); aws-k3s: two GPU pools, three servers.
+    assert counts == {"aws-eks": 6, "mixed": 5, "aws-k3s": 5}
 
 
 def test_k3s_agents_hold_no_storage_policy(aws_k3s: Recording):

@@ -141,7 +141,7 @@ BAD_SHARING: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
                 "sharing": {"mode": "mig", "layout": {"3g.40gb": 2}},
             },
         ),
-        "gpuPools[4].sharing.layout",
+        "gpuPools[5].sharing.layout",
         ("all-1g.10gb", '"h100"', "custom layout"),
     ),
     (

@@ -150,10 +150,18 @@ class RealisticMocks(pulumi_mocks.Mocks):
         elif token == "aws:iam/instanceProfile:InstanceProfile":
             id_ = outputs["name"] = f"{name}-{_fake_hex(name, 7)}"
             arn = f"arn:aws:iam::{ACCOUNT}:instance-profile/{id_}"
+        elif token == "aws:ec2/placementGroup:PlacementGroup":
+            # Auto-named as Pulumi names it (the logical name and a random suffix); EC2 names the group so.
+            id_ = outputs["name"] = args.inputs.get("name") or f"{name}-{_fake_hex(name, 7)}"
         elif token == "aws:eks/cluster:Cluster":
             id_ = args.inputs["name"]
             outputs["endpoint"] = f"https://{_fake_hex(name, 32).upper()}.gr7.{self.region}.eks.amazonaws.com"
             outputs["certificateAuthority"] = {"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="}
+            # EKS creates the cluster security group and reports it in vpcConfig.
+            outputs["vpcConfig"] = {
+                **outputs.get("vpcConfig", {}),
+                "clusterSecurityGroupId": f"sg-{_fake_hex(name, 17)}",
+            }
         elif token == "aws:eks/nodeGroup:NodeGroup":
             group = args.inputs.get("nodeGroupName") or f"{name}-{_fake_hex(name, 7)}"
             outputs["nodeGroupName"] = group

@@ -19,6 +19,7 @@ from gpu_k8s.components.autoscaler import (
 from gpu_k8s.components.cluster import GpuPool
 from gpu_k8s.components.configbase import ConfigIssue, config_path
 from gpu_k8s.providers.aws.iam import cluster_autoscaler_policy, pod_identity_trust_policy, role_with_policies
+from gpu_k8s.providers.aws.settings import EFA_RESOURCE
 
 TEMPLATE_PREFIX = "k8s.io/cluster-autoscaler/node-template"
 # The label the autoscaler's AWS provider reads as "this node has GPUs" (cloudprovider/aws, REFERENCE.md 5.3).
@@ -66,12 +67,21 @@ def asg_tag_issues(
             )
 
 
+# "Amazon EC2 instances with the EFA driver installed pre-allocate 5128 2MiB Huge Pages" (EKS user guide,
+# node-efa.adoc, awsdocs/amazon-eks-user-guide 4d52b4d): 5128 x 2 MiB.
+EFA_HUGE_PAGES_RESOURCE = "hugepages-2Mi"
+EFA_HUGE_PAGES = f"{5128 * 2}Mi"
+
+
 def aws_node_template(pool: GpuPool, cluster_unneeded_time: str) -> NodeTemplate:
     """The pool's template plus the ephemeral storage a node brings (its root volume), which the AWS
     provider cannot know for a group at zero (cloudprovider/aws/README.md: node-template resources); a pod
     asking for ephemeral-storage would otherwise never scale the pool up."""
     template = node_template(pool, cluster_unneeded_time)
     resources = {**template.resources, "ephemeral-storage": f"{pool.spec.disk_size_gib}Gi"}
+    if EFA_RESOURCE in pool.interconnect_resources:
+        # NCCL over EFA asks for huge pages; a group at zero must show them or such a pod never scales it up.
+        resources[EFA_HUGE_PAGES_RESOURCE] = EFA_HUGE_PAGES
     return dataclasses.replace(template, resources=resources)
 
 

@@ -28,6 +28,7 @@ from gpu_k8s.providers.aws.autoscaling import (
     aws_node_template,
     scale_from_zero_tags,
 )
+from gpu_k8s.providers.aws.efa import install_efa_device_plugin
 from gpu_k8s.providers.aws.iam import (
     EKS_CLUSTER_POLICIES,
     EKS_NODE_POLICIES,
@@ -260,6 +261,7 @@ class EksCluster(pulumi.ComponentResource):
             depends_on=[*pre_node_addons, *node_role.grants],
             cluster_unneeded_time=cluster_scale_down_unneeded_time(pools),
             launch_tags=cluster_tags(spec.name),
+            cluster_security_group_id=cluster.vpc_config.cluster_security_group_id,
         )
         system_nodes = system_node_group(f"{name}-system", spec.system_pool, ctx, parent=self)
         coredns = addons.addon(name, "coredns", cluster.name, version, self, depends_on=[system_nodes])
@@ -363,4 +365,5 @@ def build(spec: EksClusterSpec) -> GpuCluster:
     install_gpu_addons(
         spec, cluster, autoscaler_cloud_values(spec.name, region), [eks.autoscaler_identity.association]
     )
+    install_efa_device_plugin(spec.name, cluster)
     return cluster

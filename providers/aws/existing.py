@@ -59,6 +59,7 @@ from gpu_k8s.providers.aws.autoscaling import (
     aws_node_template,
     scale_from_zero_tags,
 )
+from gpu_k8s.providers.aws.efa import install_efa_device_plugin
 from gpu_k8s.providers.aws.eks import EKS_ASG_TAGS, EKS_TRAITS, node_group_issues, render_kubeconfig
 from gpu_k8s.providers.aws.iam import EKS_NODE_POLICIES, role_with_policies, service_trust_policy
 from gpu_k8s.providers.aws.location import aws_provider, cluster_tags, region_from_config
@@ -119,6 +120,7 @@ class ExistingCluster:
     ca_data: str
     vpc_id: str
     subnet_ids: tuple[str, ...]
+    security_group_id: str
 
 
 def existing_cluster(name: str, invoke: pulumi.InvokeOptions) -> ExistingCluster:
@@ -130,6 +132,7 @@ def existing_cluster(name: str, invoke: pulumi.InvokeOptions) -> ExistingCluster
         ca_data=found.certificate_authorities[0].data,
         vpc_id=found.vpc_config.vpc_id,
         subnet_ids=tuple(found.vpc_config.subnet_ids),
+        security_group_id=found.vpc_config.cluster_security_group_id,
     )
 
 
@@ -176,6 +179,7 @@ class ExistingEksGpuLayer(pulumi.ComponentResource):
             depends_on=list(node_role.grants),
             cluster_unneeded_time=cluster_scale_down_unneeded_time(args.pools),
             launch_tags=cluster_tags(cluster.name),
+            cluster_security_group_id=cluster.security_group_id,
         )
         for pool in args.pools:
             GpuNodePool(
@@ -215,6 +219,7 @@ class ExistingEksGpuLayer(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        install_efa_device_plugin(name, self.handle, child)
         self.register_outputs({"clusterName": cluster.name, "kubeconfig": kubeconfig})
 
 

@@ -15,6 +15,7 @@ from gpu_k8s.components.catalog import MachineType
 from gpu_k8s.components.cluster import POOL_LABEL, GpuPool
 from gpu_k8s.components.spec import TAINT_EFFECT_API_NAMES, GpuPoolSpec, SystemPoolSpec, TaintSpec
 from gpu_k8s.providers.aws.autoscaling import aws_node_template, scale_from_zero_tags, zone_limits
+from gpu_k8s.providers.aws.settings import EFA_RESOURCE
 
 # Families the EKS-optimized AL2023 NVIDIA AMIs cover (EKS user guide, ml-eks-optimized-ami; REFERENCE 3.1).
 # g7 is missing on purpose: it needs driver >= 595 and the AMIs ship the 580 branch.
@@ -108,15 +109,51 @@ class CapacityBlockLaunch:
     instance_type: str
 
 
+@dataclass(frozen=True)
+class EfaLaunch:
+    """What a launch template sets for EFA: an interface per network card, and the placement group."""
+
+    interfaces: int
+    security_group_id: pulumi.Input[str]
+    placement_group: pulumi.Input[str] | None
+
+
+def efa_network_interfaces(
+    interfaces: int, security_group_id: pulumi.Input[str]
+) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+    """One EFA per network card: the primary interface is device 0 on card 0, the others device 1 on their
+    card, as eksctl builds them (pkg/cfn/builder/network_interfaces.go). No subnet: EKS sets it from the
+    node group, and a launch template for a managed node group may not (EKS user guide, launch-templates).
+    The cluster security group admits EFA traffic between the nodes from Kubernetes 1.33 (eksctl
+    EFABuiltInSupportVersion); with interfaces in the template, security groups go on each interface."""
+    return [
+        aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+            device_index=0 if card == 0 else 1,
+            network_card_index=card,
+            interface_type="efa",
+            security_groups=[security_group_id],
+            delete_on_termination="true",
+        )
+        for card in range(interfaces)
+    ]
+
+
 def _launch_template(
     name: str,
     disk_size_gib: int,
     tags: Mapping[str, str],
     parent: pulumi.Resource,
     block: CapacityBlockLaunch | None = None,
+    efa: EfaLaunch | None = None,
 ) -> aws.ec2.LaunchTemplate:
     return aws.ec2.LaunchTemplate(
         f"{name}-lt",
+        network_interfaces=efa_network_interfaces(efa.interfaces, efa.security_group_id) if efa else None,
+        placement=(
+            aws.ec2.LaunchTemplatePlacementArgs(group_name=efa.placement_group)
+            if efa is not None and efa.placement_group is not None
+            else None
+        ),
         instance_type=block.instance_type if block else None,
         instance_market_options=CAPACITY_BLOCK_MARKET if block else None,
         capacity_reservation_specification=capacity_block_target(block.reservation_id) if block else None,
@@ -159,6 +196,8 @@ class NodeGroupContext:
     cluster_unneeded_time: str
     # Tags for the instances, volumes and interfaces node groups launch.
     launch_tags: Mapping[str, str]
+    # The EKS cluster security group, which EFA interfaces carry (None where no pool has EFA).
+    cluster_security_group_id: pulumi.Input[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -286,7 +325,10 @@ class GpuNodePool(pulumi.ComponentResource):
             if spec.capacity_reservation_id is not None
             else None
         )
-        template = _launch_template(name, spec.disk_size_gib, {**ctx.launch_tags, "Name": name}, self, block)
+        efa = self._efa_launch(name, pool, ctx, block)
+        template = _launch_template(
+            name, spec.disk_size_gib, {**ctx.launch_tags, "Name": name}, self, block, efa
+        )
         tags = scale_from_zero_tags(aws_node_template(pool, ctx.cluster_unneeded_time))
         self.node_groups = []
         for limits in zone_limits(spec.min_nodes, spec.max_nodes, zone_indexes):
@@ -323,6 +365,26 @@ class GpuNodePool(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self),
                 )
         self.register_outputs({"nodeGroupNames": [g.node_group_name for g in self.node_groups]})
+
+    def _efa_launch(
+        self, name: str, pool: GpuPool, ctx: NodeGroupContext, block: CapacityBlockLaunch | None
+    ) -> EfaLaunch | None:
+        """EFA interfaces for an interconnect pool, and a cluster placement group (in the one zone such a pool
+        has) unless it launches into a Capacity Block, which brings its own placement."""
+        interfaces = pool.interconnect_resources.get(EFA_RESOURCE, 0)
+        if not interfaces:
+            return None
+        assert ctx.cluster_security_group_id is not None, "EFA pools run on EKS, whose context names it"
+        placement = (
+            None
+            if block is not None
+            else aws.ec2.PlacementGroup(
+                f"{name}-placement", strategy="cluster", opts=pulumi.ResourceOptions(parent=self)
+            )
+        )
+        return EfaLaunch(
+            interfaces, ctx.cluster_security_group_id, placement.name if placement is not None else None
+        )
 
 
 def gpu_capacity_type(spec: GpuPoolSpec) -> str:

@@ -22,6 +22,8 @@ from gpu_k8s.components.spec import (
     unicast_issue,
 )
 
+EFA = "efa"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
 AWS_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 # EC2 capacity reservation IDs: "cr-" and 17 hexadecimal digits (cr-02168da1478b509e0 in the EKS user guide,
 # "Create a managed node group with Capacity Blocks for ML").
@@ -118,6 +120,44 @@ class AwsPoolRules(PoolRules):
                     f"make {name} the pool's instanceType and list {pool.instance_type} here",
                 )
 
+    def interconnect_issues(
+        self, path: Callable[..., str], pool: GpuPoolSpec, catalog: Catalog
+    ) -> Iterable[ConfigIssue]:
+        """EFA where the instance type has it, for one instance type (the interfaces are sized for it)."""
+        if pool.interconnect != EFA:
+            yield ConfigIssue(
+                path("interconnect"), pool.interconnect, "not an interconnect of aws", f"use {EFA}"
+            )
+            return
+        machine = catalog.machine_type("aws", pool.instance_type)
+        if machine is not None and machine.efa_max_interfaces == 0:
+            # Types with EFA, those with the pool's GPU first.
+            same_gpu: list[str] = []
+            other_gpus: list[str] = []
+            for name in catalog.gpu_types("aws"):
+                other = catalog.machine_type("aws", name)
+                if other is not None and other.efa_max_interfaces:
+                    (same_gpu if other.gpu_model == machine.gpu_model else other_gpus).append(name)
+            capable = same_gpu + other_gpus
+            yield ConfigIssue(
+                path("interconnect"),
+                pool.interconnect,
+                f"{pool.instance_type} has no EFA (EC2 DescribeInstanceTypes: MaximumEfaInterfaces 0)",
+                f"remove it, or use a type with EFA, e.g. {', '.join(capable[:4])}",
+            )
+        if pool.extra_instance_types:
+            yield ConfigIssue(
+                path("extraInstanceTypes"),
+                list(pool.extra_instance_types),
+                "a pool with an interconnect runs one instance type (its interfaces are sized for it)",
+                "remove extraInstanceTypes, or interconnect",
+            )
+
+    def interconnect_resources(self, pool: GpuPoolSpec, machine: MachineType) -> dict[str, int]:
+        # The EFA device plugin advertises each interface as one vpc.amazonaws.com/efa (EKS user guide,
+        # "Run machine learning training on Amazon EKS with Elastic Fabric Adapter").
+        return {EFA_RESOURCE: machine.efa_max_interfaces} if pool.interconnect == EFA else {}
+
 
 AWS_POOL_RULES = AwsPoolRules("aws")
 
@@ -155,6 +195,17 @@ class Ec2K3sClusterSpec(K3sClusterSpec, AwsClusterSpec):
     def network_issues(self) -> Iterable[ConfigIssue]:
         yield from super().network_issues()
         yield from overlay_issues(self.network.cidr)
+
+    def platform_issues(self) -> Iterable[ConfigIssue]:
+        yield from super().platform_issues()
+        for index, pool in enumerate(self.gpu_pools):
+            if pool.interconnect is not None:
+                yield ConfigIssue(
+                    config_path("gpuPools", index, "interconnect"),
+                    pool.interconnect,
+                    "EFA on k3s agents is not built yet (it is on EKS: interfaces, placement, device plugin)",
+                    "remove it, or use kind: eks for multi-node training over EFA",
+                )
 
 
 def _gpus(machine: MachineType) -> tuple[object, ...]:

@@ -112,6 +112,12 @@ def zone_plan(network: AwsNetwork, pools: Sequence[GpuPoolSpec], invoke: pulumi.
         )
         for pool in pools
     }
+    # A pool with an interconnect keeps its nodes in one zone: a cluster placement group cannot span two,
+    # and traffic between zones would leave the fabric.
+    pool_zones = {
+        pool.name: pool_zones[pool.name][:1] if pool.interconnect is not None else pool_zones[pool.name]
+        for pool in pools
+    }
     return ZonePlan(zones, pool_zones, blocks, type_zones)
 
 

@@ -1,0 +1,58 @@
+"""The EFA device plugin for GPU pools with `interconnect: efa`: it advertises each node's EFA interfaces as
+`vpc.amazonaws.com/efa`, which a training pod requests to get them (EKS user guide, "Run machine learning
+training on Amazon EKS with Elastic Fabric Adapter": helm install aws-efa-k8s-device-plugin
+--namespace kube-system eks/aws-efa-k8s-device-plugin)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pulumi
+
+from gpu_k8s.components.cluster import GpuCluster, GpuPool
+from gpu_k8s.components.helm import helm_release
+from gpu_k8s.providers.aws.settings import EFA_RESOURCE
+
+EFA_PLUGIN_CHART = "aws-efa-k8s-device-plugin"
+EFA_PLUGIN_CHART_VERSION = "v0.5.30"
+EKS_CHARTS_REPOSITORY = "https://aws.github.io/eks-charts"
+EFA_PLUGIN_NAMESPACE = "kube-system"
+
+
+def efa_pools(pools: Sequence[GpuPool]) -> list[GpuPool]:
+    return [pool for pool in pools if EFA_RESOURCE in pool.interconnect_resources]
+
+
+def efa_plugin_values(pools: Sequence[GpuPool]) -> dict[str, Any]:
+    """The chart's own node affinity already keeps the plugin to instance types with EFA; it has to tolerate
+    the taints of the pools that have them."""
+    keys = sorted({taint.key for pool in efa_pools(pools) for taint in pool.taints})
+    return {"tolerations": [{"key": key, "operator": "Exists"} for key in keys]}
+
+
+class EfaDevicePlugin(pulumi.ComponentResource):
+    """The device plugin on the nodes of the cluster's EFA pools."""
+
+    def __init__(self, name: str, cluster: GpuCluster, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-k8s:aws:EfaDevicePlugin", name, None, opts)
+        helm_release(
+            f"{name}-release",
+            chart=EFA_PLUGIN_CHART,
+            version=EFA_PLUGIN_CHART_VERSION,
+            repository=EKS_CHARTS_REPOSITORY,
+            namespace=EFA_PLUGIN_NAMESPACE,
+            values=efa_plugin_values(cluster.pools),
+            parent=self,
+            provider=cluster.k8s_provider,
+            depends_on=list(cluster.system_ready),
+        )
+        self.register_outputs({})
+
+
+def install_efa_device_plugin(
+    name: str, cluster: GpuCluster, opts: pulumi.ResourceOptions | None = None
+) -> None:
+    """The plugin, where some pool has EFA."""
+    if efa_pools(cluster.pools):
+        EfaDevicePlugin(f"{name}-efa-device-plugin", cluster, opts)

@@ -1,0 +1,142 @@
+"""`gpuPools[].interconnect: efa` on EKS: the launch template's EFA interfaces, one zone and a cluster
+placement group, what scale-from-zero and the pool's queue know about the interfaces, the EFA device plugin,
+and the refusals where EFA cannot be had."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from gpu_k8s.tools.engine import Recording, run_program
+from tests.conftest import assert_refused_before_any_resource, set_path, some
+
+POOL = "ml-gpu-h100-train"
+EFA = "vpc.amazonaws.com/efa"
+
+
+def test_each_network_card_gets_an_efa_carrying_the_cluster_security_group(aws_eks):
+    template = aws_eks.by_name(f"{POOL}-lt").inputs
+    interfaces = template["networkInterfaces"]
+    # p5.48xlarge: 32 EFA interfaces (catalog: EC2 DescribeInstanceTypes MaximumEfaInterfaces).
+    assert [i["networkCardIndex"] for i in interfaces] == list(range(32))
+    assert [i["deviceIndex"] for i in interfaces] == [0] + [1] * 31
+    assert {i["interfaceType"] for i in interfaces} == {"efa"}
+    (cluster,) = aws_eks.by_type("aws:eks/cluster:Cluster")
+    security_group = cluster.outputs["vpcConfig"]["clusterSecurityGroupId"]
+    assert all(i["securityGroups"] == [security_group] for i in interfaces)
+    assert all("subnetId" not in i for i in interfaces)
+    assert "vpcSecurityGroupIds" not in template
+
+
+def test_an_efa_pool_lives_in_one_zone_and_one_cluster_placement_group(aws_eks):
+    (group,) = [g for g in aws_eks.by_type("aws:eks/nodeGroup:NodeGroup") if g.name.startswith(f"{POOL}-ng-")]
+    assert group.inputs["scalingConfig"]["maxSize"] == 2 and len(group.inputs["subnetIds"]) == 1
+    placement = aws_eks.by_name(f"{POOL}-placement")
+    assert placement.inputs["strategy"] == "cluster"
+    assert aws_eks.by_name(f"{POOL}-lt").inputs["placement"] == {"groupName": placement.outputs["name"]}
+
+
+def test_scale_from_zero_and_the_queue_know_the_interfaces(aws_eks):
+    tags = {
+        r.inputs["tag"]["key"].rsplit("/resources/", 1)[1]: r.inputs["tag"]["value"]
+        for r in aws_eks.by_type("aws:autoscaling/tag:Tag")
+        if r.name.startswith(f"{POOL}-0-tag-resources-")
+    }
+    assert tags == {
+        "nvidia.com/gpu": "8",
+        EFA: "32",
+        "hugepages-2Mi": "10256Mi",
+        "ephemeral-storage": "500Gi",
+    }
+    (queue,) = [
+        r
+        for r in aws_eks.by_type("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")
+        if r.inputs["metadata"]["name"] == "h100-train"
+    ]
+    resources = queue.inputs["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    assert {r["name"]: int(r["nominalQuota"]) for r in resources} == {"nvidia.com/gpu": 16, EFA: 64}
+
+
+def test_the_efa_device_plugin_tolerates_the_efa_pools(aws_eks, gcp_gke, aws_k3s):
+    release = aws_eks.by_name("ml-efa-device-plugin-release").inputs
+    assert (release["chart"], release["version"]) == ("aws-efa-k8s-device-plugin", "v0.5.30")
+    assert release["values"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    for without_efa in (gcp_gke, aws_k3s):
+        assert not [r for r in without_efa.registrations if "efa-device-plugin" in r.name]
+    for name in ("ml-gpu-l40s-lt", "ml-gpu-h100-lt"):
+        assert "networkInterfaces" not in aws_eks.by_name(name).inputs
+
+
+def test_a_pool_in_a_capacity_block_keeps_the_blocks_placement(aws_eks_config):
+    config = copy.deepcopy(aws_eks_config)
+    pools = config["gpu-k8s:cluster"]["gpuPools"]
+    (train,) = [p for p in pools if p["name"] == "h100-train"]
+    train["capacityReservationId"] = "cr-02168da1478b509e0"
+    recording = run_program("block-efa", config)
+    assert not recording.by_type("aws:ec2/placementGroup:PlacementGroup")
+    assert len(recording.by_name(f"{POOL}-lt").inputs["networkInterfaces"]) == 32
+
+
+def test_the_gpu_layer_on_an_existing_cluster_uses_its_security_group():
+    from tests.test_examples import plan_existing_eks
+
+    recording: Recording = plan_existing_eks(
+        {"gpuPools": [{"name": "train", "instanceType": "p5.48xlarge", "maxNodes": 2, "interconnect": "efa"}]}
+    )
+    interfaces = recording.by_name("gpus-gpu-train-lt").inputs["networkInterfaces"]
+    groups = {group for interface in some(interfaces, at_least=32) for group in interface["securityGroups"]}
+    assert len(groups) == 1 and next(iter(groups)).startswith("sg-")
+    assert recording.by_name("gpus-efa-device-plugin-release")
+
+
+def _with_pool(**pool: Any):
+    def mutate(cluster: dict[str, Any]) -> None:
+        cluster["gpuPools"] = [{"name": "train", "maxNodes": 2, **pool}]
+
+    return mutate
+
+
+BAD_INTERCONNECTS = [
+    (
+        "no-efa-on-type",
+        _with_pool(instanceType="g5.xlarge", interconnect="efa"),
+        "gpu-k8s:cluster.gpuPools[0].interconnect",
+        ("g5.xlarge has no EFA", "g5.12xlarge"),
+    ),
+    (
+        "unknown-interconnect",
+        _with_pool(instanceType="p5.48xlarge", interconnect="infiniband"),
+        "gpu-k8s:cluster.gpuPools[0].interconnect",
+        ("not an interconnect of aws", "use efa"),
+    ),
+    (
+        "efa-with-extra-types",
+        _with_pool(instanceType="p5.48xlarge", interconnect="efa", extraInstanceTypes=["p5e.48xlarge"]),
+        "gpu-k8s:cluster.gpuPools[0].extraInstanceTypes",
+        ("runs one instance type",),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutation", "path", "words"), [c[1:] for c in BAD_INTERCONNECTS], ids=[c[0] for c in BAD_INTERCONNECTS]
+)
+def test_efa_where_it_cannot_be_had_is_refused(aws_eks_config, mutation, path, words):
+    assert_refused_before_any_resource(aws_eks_config, mutation, path, words)
+
+
+def test_efa_is_refused_on_gcp_and_on_k3s_agents(gcp_gke_config, aws_k3s_config):
+    assert_refused_before_any_resource(
+        gcp_gke_config,
+        set_path("gpuPools.0.interconnect", "efa"),
+        "gpu-k8s:cluster.gpuPools[0].interconnect",
+        ("no interconnect is built for gcp yet",),
+    )
+    assert_refused_before_any_resource(
+        aws_k3s_config,
+        _with_pool(instanceType="p5.48xlarge", interconnect="efa"),
+        "gpu-k8s:cluster.gpuPools[0].interconnect",
+        ("EFA on k3s agents is not built yet",),
+    )
