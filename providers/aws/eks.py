@@ -41,8 +41,8 @@ from gpu_k8s.providers.aws.network import Network
 from gpu_k8s.providers.aws.nodes import (
     AL2023_NVIDIA_DRIVER_BRANCH,
     AL2023_NVIDIA_FAMILIES,
-    GpuNodePool,
     NodeGroupContext,
+    gpu_node_pools,
     node_group_resource_name,
     system_node_group,
 )
@@ -269,14 +269,7 @@ class EksCluster(pulumi.ComponentResource):
             name, cluster.name, version, self, depends_on=[system_nodes, *pre_node_addons]
         )
 
-        for pool in pools:
-            GpuNodePool(
-                pool_child_name(name, pool.spec.name),
-                pool,
-                ctx,
-                args.zones.pool_zones[pool.spec.name],
-                opts=child,
-            )
+        gpu_node_pools(name, pools, ctx, args.zones.pool_zones, self)
 
         kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
             pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data).apply(

@@ -50,7 +50,6 @@ from gpu_k8s.components.spec import (
     PoolRules,
     gpu_pool_issues,
     parse_structure,
-    pool_child_name,
 )
 from gpu_k8s.providers.aws.autoscaling import (
     AutoscalerIdentity,
@@ -63,7 +62,7 @@ from gpu_k8s.providers.aws.efa import install_efa_device_plugin
 from gpu_k8s.providers.aws.eks import EKS_ASG_TAGS, EKS_TRAITS, node_group_issues, render_kubeconfig
 from gpu_k8s.providers.aws.iam import EKS_NODE_POLICIES, role_with_policies, service_trust_policy
 from gpu_k8s.providers.aws.location import aws_provider, cluster_tags, region_from_config
-from gpu_k8s.providers.aws.nodes import GpuNodePool, NodeGroupContext
+from gpu_k8s.providers.aws.nodes import NodeGroupContext, gpu_node_pools
 from gpu_k8s.providers.aws.settings import AWS_POOL_RULES, AwsNetwork
 from gpu_k8s.providers.aws.zones import ZonePlan, zone_issues, zone_plan
 
@@ -181,14 +180,7 @@ class ExistingEksGpuLayer(pulumi.ComponentResource):
             launch_tags=cluster_tags(cluster.name),
             cluster_security_group_id=cluster.security_group_id,
         )
-        for pool in args.pools:
-            GpuNodePool(
-                pool_child_name(name, pool.spec.name),
-                pool,
-                ctx,
-                args.zones.pool_zones[pool.spec.name],
-                opts=child,
-            )
+        gpu_node_pools(name, args.pools, ctx, args.zones.pool_zones, self)
         kubeconfig = pulumi.Output.secret(
             render_kubeconfig(cluster.name, cluster.endpoint, cluster.ca_data, args.region)
         )

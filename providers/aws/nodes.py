@@ -13,7 +13,13 @@ import pulumi_aws as aws
 from gpu_k8s.components.autoscaler import SYSTEM_POOL_NAME
 from gpu_k8s.components.catalog import MachineType
 from gpu_k8s.components.cluster import POOL_LABEL, GpuPool
-from gpu_k8s.components.spec import TAINT_EFFECT_API_NAMES, GpuPoolSpec, SystemPoolSpec, TaintSpec
+from gpu_k8s.components.spec import (
+    TAINT_EFFECT_API_NAMES,
+    GpuPoolSpec,
+    SystemPoolSpec,
+    TaintSpec,
+    pool_child_name,
+)
 from gpu_k8s.providers.aws.autoscaling import aws_node_template, scale_from_zero_tags, zone_limits
 from gpu_k8s.providers.aws.settings import EFA_RESOURCE
 
@@ -385,6 +391,26 @@ class GpuNodePool(pulumi.ComponentResource):
         return EfaLaunch(
             interfaces, ctx.cluster_security_group_id, placement.name if placement is not None else None
         )
+
+
+def gpu_node_pools(
+    name: str,
+    pools: Sequence[GpuPool],
+    ctx: NodeGroupContext,
+    pool_zones: Mapping[str, Sequence[int]],
+    parent: pulumi.Resource,
+) -> list[GpuNodePool]:
+    """A GpuNodePool per pool, in the zones (private subnet indexes) that offer its types."""
+    return [
+        GpuNodePool(
+            pool_child_name(name, pool.spec.name),
+            pool,
+            ctx,
+            pool_zones[pool.spec.name],
+            opts=pulumi.ResourceOptions(parent=parent),
+        )
+        for pool in pools
+    ]
 
 
 def gpu_capacity_type(spec: GpuPoolSpec) -> str:
