@@ -35,7 +35,6 @@ KUEUE_REPOSITORY = "oci://registry.k8s.io/kueue/charts"
 KUEUE_IMAGE = {"repository": "registry.k8s.io/kueue/kueue", "tag": "v0.19.2"}
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # JobSet runs a training job as a group of Jobs (leader and workers) with a headless Service for rendezvous;
 # Kueue queues a JobSet as one workload. Chosen over the Kubeflow trainer: framework-neutral, queued by Kueue
 # natively, and a single small controller (the trainer's v2 builds on it).
