@@ -6,7 +6,7 @@ Reports, on this machine, for one stack, each figure the median of --runs, the r
 compared interleaved (plan, replay, floor, plan, replay, floor, ...) so a slower minute hits all of them:
 - whole process: `gpu-k8s plan <stack>`; a flat replay of the same plan (a process that imports the SDK
   modules the plan loads and registers the recorded resources, with their types, names, inputs, parents,
-  providers and dependencies, directly through the SDK's resource classes, under the same mock engine);
+  providers, dependencies and options, through the SDK's typed classes, under the same mock engine);
   and the import floor (only those imports);
 - in process, with 1 and 50 copies of the stack's first GPU pool: the plan and the replay of each, and
   what each extra pool costs in both. The replay's share is what the engine spends on the pool's resources
@@ -22,7 +22,10 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
+import importlib
+import inspect
 import json
+import re
 import resource
 import statistics
 import subprocess
@@ -96,14 +99,64 @@ def _register(registration: Registration, made: dict[str, pulumi.Resource]) -> p
         ignore_changes=registration.options.get("ignoreChanges"),
         retain_on_delete=registration.options.get("retainOnDelete"),
     )
+    inputs = _as_inputs(registration.inputs)
     if registration.type.startswith("pulumi:providers:"):
         package = registration.type.split(":")[2]
-        return pulumi.ProviderResource(package, registration.name, _as_inputs(registration.inputs), opts)
-    if registration.custom:
-        return pulumi.CustomResource(
-            registration.type, registration.name, _as_inputs(registration.inputs), opts
-        )
-    return pulumi.ComponentResource(registration.type, registration.name, None, opts)
+        return pulumi.ProviderResource(package, registration.name, inputs, opts)
+    if not registration.custom:
+        return pulumi.ComponentResource(registration.type, registration.name, None, opts)
+    typed = typed_class(registration.type)
+    arguments = _keyword_arguments(typed, inputs) if typed is not None else None
+    if typed is None or arguments is None:
+        return pulumi.CustomResource(registration.type, registration.name, inputs, opts)
+    return typed(registration.name, opts=opts, **arguments)
+
+
+# Python package of each provider the plans use.
+SDK_PACKAGES = {
+    "aws": "pulumi_aws",
+    "gcp": "pulumi_gcp",
+    "kubernetes": "pulumi_kubernetes",
+    "tls": "pulumi_tls",
+    "random": "pulumi_random",
+}
+# Kubernetes API groups with typed classes in pulumi_kubernetes (other groups: custom resources).
+KUBERNETES_GROUPS = ("core", "apps", "rbac", "storage", "scheduling", "apiextensions", "helm", "batch")
+
+
+def typed_class(token: str) -> type[pulumi.CustomResource] | None:
+    """The SDK class of a resource type token ("aws:ec2/launchTemplate:LaunchTemplate" ->
+    pulumi_aws.ec2.LaunchTemplate), or None for a type the plans do not use."""
+    package, module, name = token.split(":")
+    root = SDK_PACKAGES.get(package)
+    if root is None:
+        return None
+    if package == "kubernetes":
+        group, _, version = module.rpartition("/")
+        if group.split(".")[0] not in KUBERNETES_GROUPS:
+            custom: type[pulumi.CustomResource] = importlib.import_module(
+                f"{root}.apiextensions"
+            ).CustomResource
+            return custom
+        path = f"{root}.{group.split('.')[0]}.{version}"
+    else:
+        first = module.split("/")[0]
+        path = root if first == "index" else f"{root}.{first}"
+    found = getattr(importlib.import_module(path), name, None)
+    return found if isinstance(found, type) and issubclass(found, pulumi.CustomResource) else None
+
+
+def _keyword_arguments(typed: type[pulumi.CustomResource], inputs: dict[str, Any]) -> dict[str, Any] | None:
+    """The recorded top-level inputs as the class's keyword arguments (nested values stay as recorded: the
+    SDK passes mapping keys it does not know through), or None when one has no argument."""
+    parameters = set(inspect.signature(getattr(typed, "_internal_init", typed.__init__)).parameters)
+    arguments = {}
+    for key, value in inputs.items():
+        argument = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+        if argument not in parameters:
+            return None
+        arguments[argument] = value
+    return arguments
 
 
 def _as_inputs(value: Any) -> Any:
