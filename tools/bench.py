@@ -9,8 +9,9 @@ compared interleaved (plan, replay, floor, plan, replay, floor, ...) so a slower
   providers, dependencies and options, through the SDK's typed classes, under the same mock engine);
   and the import floor (only those imports);
 - in process, with 1 and 50 copies of the stack's first GPU pool: the plan and the replay of each, and
-  what each extra pool costs in both. The replay's share is what the engine spends on the pool's resources
-  themselves (23 on aws-eks: a node group and six scale-from-zero tags per zone, and a launch template);
+  what each extra pool costs in both. The replay's share is what the SDK and the engine spend on the
+  pool's resources themselves (26 on aws-eks with `batch`: a node group and six scale-from-zero tags per
+  zone, a launch template, and the pool's three Kueue objects);
   the difference is the toolkit's own work per pool (validation, rendering, the outputs it combines);
 - peak RSS of the processes (the plan's is the largest).
 Budget (2-core machine): plan <= 2x the import floor; the toolkit's own work <= 20 ms per extra pool;
