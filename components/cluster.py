@@ -129,11 +129,9 @@ class GpuLayerSpec(Protocol):
     @property
     def pool_rules(self) -> PoolRules: ...
 
-    def pool_machine(self, pool: GpuPoolSpec, catalog: Catalog) -> MachineType | None: ...
-
 
 def _gpu_model(spec: GpuLayerSpec, pool: GpuPoolSpec, catalog: Catalog) -> tuple[MachineType, GpuModel]:
-    machine = spec.pool_machine(pool, catalog)
+    machine = spec.pool_rules.pool_machine(pool, catalog)
     assert machine is not None and machine.gpu_model is not None, "validated by load_spec"
     return machine, machine.gpu_model
 

@@ -24,7 +24,7 @@ from gpu_k8s.components.autoscaler import (
     ClusterAutoscalerArgs,
     cluster_scale_down_unneeded_time,
 )
-from gpu_k8s.components.catalog import Catalog, MachineType, load_catalog
+from gpu_k8s.components.catalog import Catalog, load_catalog
 from gpu_k8s.components.cluster import GpuCluster, GpuPool, platform_issues, resolve_pools
 from gpu_k8s.components.compat import (
     GPU_OPERATOR_CHART_VERSION,
@@ -87,9 +87,6 @@ class ExistingEksSpec(StrictModel):
     def api_access_cidrs(self) -> tuple[str, ...]:
         """None: the cluster's endpoint is not this layer's to guard."""
         return ()
-
-    def pool_machine(self, pool: GpuPoolSpec, catalog: Catalog) -> MachineType | None:
-        return self.pool_rules.pool_machine(pool, catalog)
 
 
 def load_existing_eks(raw: object, catalog: Catalog) -> ExistingEksSpec:

@@ -100,24 +100,19 @@ def zone_plan(network: AwsNetwork, pools: Sequence[GpuPoolSpec], invoke: pulumi.
         if pool.name not in blocks
         for name in dict.fromkeys((pool.instance_type, *pool.extra_instance_types))
     }
-    pool_zones = {
-        pool.name: (
-            tuple(i for i, zone in enumerate(zones) if zone.zone_id == blocks[pool.name].zone_id)
-            if pool.name in blocks
-            else tuple(
+    pool_zones = {}
+    for pool in pools:
+        if pool.name in blocks:
+            offered = tuple(i for i, zone in enumerate(zones) if zone.zone_id == blocks[pool.name].zone_id)
+        else:
+            offered = tuple(
                 i
                 for i in type_zones[pool.instance_type]
                 if all(i in type_zones[name] for name in pool.extra_instance_types)
             )
-        )
-        for pool in pools
-    }
-    # A pool with an interconnect keeps its nodes in one zone: a cluster placement group cannot span two,
-    # and traffic between zones would leave the fabric.
-    pool_zones = {
-        pool.name: pool_zones[pool.name][:1] if pool.interconnect is not None else pool_zones[pool.name]
-        for pool in pools
-    }
+        # A pool with an interconnect keeps its nodes in one zone: a cluster placement group cannot span
+        # two, and traffic between zones would leave the fabric.
+        pool_zones[pool.name] = offered[:1] if pool.interconnect is not None else offered
     return ZonePlan(zones, pool_zones, blocks, type_zones)
 
 
