@@ -30,6 +30,16 @@ def test_each_network_card_gets_an_efa_carrying_the_cluster_security_group(aws_e
     assert "vpcSecurityGroupIds" not in template
 
 
+def test_destroy_removes_the_groups_and_template_before_the_placement_group(aws_eks):
+    """Pulumi deletes dependents first: the node group (its instances) before the launch template, the
+    template before the placement group, which EC2 refuses to delete while instances are in it."""
+    placement = aws_eks.by_name(f"{POOL}-placement")
+    template = aws_eks.by_name(f"{POOL}-lt")
+    assert placement.urn in template.dependencies
+    (group,) = [g for g in aws_eks.by_type("aws:eks/nodeGroup:NodeGroup") if g.name.startswith(f"{POOL}-ng-")]
+    assert template.urn in group.dependencies
+
+
 def test_an_efa_pool_lives_in_one_zone_and_one_cluster_placement_group(aws_eks):
     (group,) = [g for g in aws_eks.by_type("aws:eks/nodeGroup:NodeGroup") if g.name.startswith(f"{POOL}-ng-")]
     assert group.inputs["scalingConfig"]["maxSize"] == 2 and len(group.inputs["subnetIds"]) == 1
