@@ -180,6 +180,14 @@ class BatchSpec(StrictModel):
     pods_ready_timeout: str = "30m"
 
 
+class StorageSpec(StrictModel):
+    """`storage`: what pods can mount besides the default block volumes."""
+
+    # A file system that pods on many nodes mount at once (ReadWriteMany), for datasets and checkpoints:
+    # the StorageClass `shared-rwx`, backed by the service named here (the platform's `shared_storage`).
+    shared: str | None = None
+
+
 class PoolRules:
     """A cloud's rules for GPU pools: what a pool's node is, and the pool keys only some clouds take. The
     defaults suit a cloud whose instance types carry their GPUs and whose pools have one machine type in
@@ -263,6 +271,7 @@ class ClusterSpec(StrictModel):
     gpu_pools: Annotated[tuple[GpuPoolSpec, ...], Field(min_length=1)]
     addon_versions: AddonVersions = AddonVersions()
     batch: BatchSpec | None = None
+    storage: StorageSpec = StorageSpec()
     # The newest CUDA release the workloads are built for ("12.8"); checked against each pool's driver.
     cuda: CudaRelease = None
 
@@ -270,6 +279,9 @@ class ClusterSpec(StrictModel):
     refused_network_keys: ClassVar[Mapping[str, str]] = {}
     # The cloud's rules for GPU pools (each platform sets its cloud's).
     pool_rules: ClassVar[PoolRules]
+    # `storage.shared` values the platform builds (value -> the service), and why there are none if so.
+    shared_storage: ClassVar[Mapping[str, str]] = {}
+    no_shared_storage: ClassVar[str] = "no shared file system is built for this platform"
 
     @classmethod
     def with_defaults(cls, raw: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -712,6 +724,7 @@ def _semantic_issues(spec: ClusterSpec, given: Any, catalog: Catalog) -> Iterabl
     yield from addon_issues(spec.addon_versions)
     if spec.batch is not None:
         yield from _batch_issues(spec.batch)
+    yield from _storage_issues(spec)
     yield from gpu_pool_issues(spec.gpu_pools, spec.pool_rules, catalog)
 
 
@@ -722,6 +735,22 @@ def duration_seconds(text: str) -> int | None:
         return None
     hours, minutes, seconds = (int(group or 0) for group in match.groups())
     return hours * 3600 + minutes * 60 + seconds
+
+
+def _storage_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
+    shared = spec.storage.shared
+    if shared is None or shared in spec.shared_storage:
+        return
+    offered = spec.shared_storage
+    yield ConfigIssue(
+        config_path("storage", "shared"),
+        shared,
+        f"not a shared file system of {spec.cloud}/{spec.kind}"
+        + ("" if offered else f": {spec.no_shared_storage}"),
+        "use one of: " + "; ".join(f"{value} ({service})" for value, service in offered.items())
+        if offered
+        else "remove it",
+    )
 
 
 def _batch_issues(batch: BatchSpec) -> Iterable[ConfigIssue]:

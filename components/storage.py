@@ -1,4 +1,5 @@
-"""The default StorageClass: block volumes from the cloud's CSI driver, created where the pod runs."""
+"""The cluster's StorageClasses: block volumes by default, and `shared-rwx` when the stack asks for a shared
+file system."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+
+# The same name on every platform, so a workload's claims move between clouds unchanged.
+SHARED_STORAGE_CLASS = "shared-rwx"
 
 
 def default_storage_class_manifest(
@@ -26,15 +30,33 @@ def default_storage_class_manifest(
     }
 
 
-def default_storage_class(
-    name: str,
+def shared_storage_class_manifest(
+    provisioner: str, parameters: Mapping[str, pulumi.Input[str]], *, zonal: bool, expandable: bool
+) -> dict[str, Any]:
+    """`shared-rwx`: volumes that pods on many nodes mount at once. A zonal service's volume is created in
+    the zone of its first pod, as block volumes are; a regional one's (EFS) at once, reachable from every
+    zone. Deleting a claim deletes what the driver made for it."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": SHARED_STORAGE_CLASS},
+        "provisioner": provisioner,
+        "parameters": dict(parameters),
+        "volumeBindingMode": "WaitForFirstConsumer" if zonal else "Immediate",
+        "allowVolumeExpansion": expandable,
+        "reclaimPolicy": "Delete",
+    }
+
+
+def storage_class(
+    resource_name: str,
     manifest: Mapping[str, Any],
     provider: k8s.Provider,
     parent: pulumi.Resource,
     depends_on: Sequence[pulumi.Resource],
 ) -> k8s.storage.v1.StorageClass:
     return k8s.storage.v1.StorageClass(
-        f"{name}-storage-class",
+        resource_name,
         metadata=manifest["metadata"],
         provisioner=manifest["provisioner"],
         parameters=manifest["parameters"],
@@ -43,3 +65,13 @@ def default_storage_class(
         reclaim_policy=manifest["reclaimPolicy"],
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(depends_on)),
     )
+
+
+def default_storage_class(
+    name: str,
+    manifest: Mapping[str, Any],
+    provider: k8s.Provider,
+    parent: pulumi.Resource,
+    depends_on: Sequence[pulumi.Resource],
+) -> k8s.storage.v1.StorageClass:
+    return storage_class(f"{name}-storage-class", manifest, provider, parent, depends_on)

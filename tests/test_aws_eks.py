@@ -207,7 +207,14 @@ def test_deployer_gets_cluster_admin_through_an_access_entry(aws_eks):
 
 def test_addons_and_their_order(aws_eks):
     addons = {r.inputs["addonName"]: r for r in aws_eks.by_type("aws:eks/addon:Addon")}
-    assert set(addons) == {"vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-ebs-csi-driver"}
+    assert set(addons) == {
+        "vpc-cni",
+        "kube-proxy",
+        "coredns",
+        "eks-pod-identity-agent",
+        "aws-ebs-csi-driver",
+        "aws-efs-csi-driver",
+    }
     system = aws_eks.by_name("ml-system")
     for name in ("vpc-cni", "kube-proxy", "eks-pod-identity-agent"):
         assert addons[name].urn in system.dependencies
@@ -219,7 +226,7 @@ def test_addons_and_their_order(aws_eks):
 
 
 def test_default_storage_class_is_encrypted_gp3_wait_for_first_consumer(aws_eks):
-    (storage,) = aws_eks.by_type("kubernetes:storage.k8s.io/v1:StorageClass")
+    storage = aws_eks.by_name("ml-storage-class")
     assert storage.inputs["metadata"]["annotations"] == {
         "storageclass.kubernetes.io/is-default-class": "true"
     }
@@ -353,9 +360,20 @@ def test_existing_vpc_creates_no_network_resources(aws_eks_config):
         "publicSubnetIds": ["subnet-0cccccccccccccccc", "subnet-0dddddddddddddddd"],
     }
     rec = run_program("existing-vpc", config)
-    # Launch templates and the EFA pool's placement group are the node groups', not the network's.
+    # Launch templates and the EFA pool's placement group are the node groups', not the network's; the
+    # EFS mount targets' security group is the file system's.
     node_parts = ("aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/placementGroup:PlacementGroup")
-    assert not [r for r in rec.registrations if r.type.startswith("aws:ec2/") and r.type not in node_parts]
+    file_system = rec.by_name("ml-efs")
+    assert not [
+        r
+        for r in rec.registrations
+        if r.type.startswith("aws:ec2/") and r.type not in node_parts and r.parent != file_system.urn
+    ]
+    # One mount target in each given subnet's zone.
+    assert sorted(m.inputs["subnetId"] for m in rec.by_type("aws:efs/mountTarget:MountTarget")) == [
+        "subnet-0aaaaaaaaaaaaaaaa",
+        "subnet-0bbbbbbbbbbbbbbbb",
+    ]
     cluster = rec.by_type("aws:eks/cluster:Cluster")[0].inputs
     assert cluster["vpcConfig"]["subnetIds"] == ["subnet-0aaaaaaaaaaaaaaaa", "subnet-0bbbbbbbbbbbbbbbb"]
 
@@ -416,6 +434,7 @@ def test_addons_follow_the_clusters_version(aws_eks):
         "eks-pod-identity-agent",
         "coredns",
         "aws-ebs-csi-driver",
+        "aws-efs-csi-driver",
     }
     for addon in addons:
         assert re.fullmatch(r"v\d+\.\d+\.\d+-eksbuild\.\d+", addon.inputs["addonVersion"]), addon.name

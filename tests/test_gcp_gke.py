@@ -120,6 +120,8 @@ def test_the_apis_the_stack_needs_are_enabled_first_and_stay_enabled(gcp_gke):
         "compute.googleapis.com",
         "container.googleapis.com",
         "iam.googleapis.com",
+        # storage.shared: filestore.
+        "file.googleapis.com",
     }
     assert all(s.inputs["disableOnDestroy"] is False for s in services.values())
     assert services["compute.googleapis.com"].urn in gcp_gke.by_name("ml-network-vpc").dependencies
@@ -174,7 +176,9 @@ def test_cluster_security_and_autoscaling_settings(gcp_gke):
     assert cluster["nodeConfig"]["serviceAccount"].startswith("ml-nodes@")
     assert cluster["addonsConfig"] == {
         "gcePersistentDiskCsiDriverConfig": {"enabled": True},
-        "gcpFilestoreCsiDriverConfig": {"enabled": False},
+        # storage.shared: filestore turns it on; buckets as volumes stay off unless gke.gcsFuseCsi.
+        "gcpFilestoreCsiDriverConfig": {"enabled": True},
+        "gcsFuseCsiDriverConfig": {"enabled": False},
     }
 
 
@@ -233,7 +237,8 @@ def test_aws_stacks_get_no_priority_quota(aws_eks):
 
 def test_gke_keeps_its_own_single_default_storage_class(gcp_gke):
     """GKE's standard-rwo (pd-balanced, WaitForFirstConsumer) is the default; a second would win silently."""
-    assert gcp_gke.by_type("kubernetes:storage.k8s.io/v1:StorageClass") == []
+    (shared,) = gcp_gke.by_type("kubernetes:storage.k8s.io/v1:StorageClass")
+    assert shared.inputs["metadata"] == {"name": "shared-rwx"}
     assert gcp_gke.by_name("ml-gke").inputs["addonsConfig"]["gcePersistentDiskCsiDriverConfig"] == {
         "enabled": True
     }

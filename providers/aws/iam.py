@@ -22,6 +22,9 @@ EKS_NODE_POLICIES = (
     f"{MANAGED}AmazonSSMManagedInstanceCore",
 )
 EBS_CSI_POLICIES = (f"{MANAGED}service-role/AmazonEBSCSIDriverPolicy",)
+# The EKS user guide's policy for the EFS CSI driver (storage/efs-csi.adoc): access points it makes are
+# tagged, and it deletes only tagged ones.
+EFS_CSI_POLICIES = (f"{MANAGED}service-role/AmazonEFSCSIDriverPolicy",)
 
 
 def service_trust_policy(service: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, ClassVar
 
 from pydantic import Field
@@ -160,6 +160,7 @@ class AwsPoolRules(PoolRules):
 
 
 AWS_POOL_RULES = AwsPoolRules("aws")
+EFS_STORAGE = "efs"
 
 
 class AwsClusterSpec(ClusterSpec):
@@ -186,11 +187,19 @@ class EksClusterSpec(AwsClusterSpec):
 
     eks: EksSpec = EksSpec()
 
+    shared_storage: ClassVar[Mapping[str, str]] = {
+        EFS_STORAGE: "Amazon EFS, through the EKS add-on of its CSI driver"
+    }
+
 
 class Ec2K3sClusterSpec(K3sClusterSpec, AwsClusterSpec):
     """k3s on EC2 instances: servers in the system pool, agents in GPU auto scaling groups."""
 
     network: AwsNetwork
+
+    no_shared_storage: ClassVar[str] = (
+        "EFS on k3s is not built yet (it is on EKS: file system, mount targets, CSI add-on, StorageClass)"
+    )
 
     def network_issues(self) -> Iterable[ConfigIssue]:
         yield from super().network_issues()

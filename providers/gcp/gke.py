@@ -8,6 +8,7 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_gcp as gcp
@@ -28,12 +29,13 @@ from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
 from gpu_k8s.components.sharing import SharingSpec
 from gpu_k8s.components.spec import TAINT_EFFECT_API_NAMES, SystemPoolSpec, TaintSpec, pool_child_name
+from gpu_k8s.components.storage import shared_storage_class_manifest, storage_class
 from gpu_k8s.providers.gcp.iam import KMS_ENCRYPTER, NodeServiceAccount, gke_service_agent
 from gpu_k8s.providers.gcp.location import project_and_region, zone_issues
 from gpu_k8s.providers.gcp.machines import CLOUD_PLATFORM_SCOPE, boot_disk_type, system_pool_issues
 from gpu_k8s.providers.gcp.network import Network
 from gpu_k8s.providers.gcp.services import enabled_services
-from gpu_k8s.providers.gcp.settings import GkeClusterSpec, GkeSpec
+from gpu_k8s.providers.gcp.settings import FILESTORE_STORAGE, GkeClusterSpec, GkeSpec
 
 # GKE's managed driver install is finished by an init container of GKE's own device-plugin DaemonSet, so
 # GKE's plugin stays on (never the `gke-no-default-nvidia-gpu-device-plugin` label: a labelled pool with the
@@ -72,6 +74,18 @@ REQUIRED_APIS = (
 )
 # Filestore CSI needs the Cloud Filestore API (GKE docs, Filestore CSI driver, "Before you begin").
 FILESTORE_API = "file.googleapis.com"
+FILESTORE_PROVISIONER = "filestore.csi.storage.gke.io"
+
+
+def filestore_storage_class_manifest(network_name: pulumi.Input[str]) -> dict[str, Any]:
+    """`shared-rwx` on Filestore: each claim is a Filestore instance of the basic HDD tier (`standard`), in
+    the zone of its first pod and on the cluster's VPC. The driver's default network is `default`, which a
+    cluster on its own VPC cannot reach (parameters from the driver's README at v1.13.1)."""
+    return shared_storage_class_manifest(
+        FILESTORE_PROVISIONER, {"tier": "standard", "network": network_name}, zonal=True, expandable=True
+    )
+
+
 # The cluster is created with a default node pool that is removed at once; the API then reports nodeConfig
 # from "the first node pool" (discovery document, Cluster.nodeConfig) and the provider reads an empty one
 # back. nodeConfig is ForceNew, so without this every later `up` would replace the cluster
@@ -382,7 +396,7 @@ class GkeCluster(pulumi.ComponentResource):
         super().__init__("gpu-k8s:gcp:GkeCluster", name, None, opts)
         spec, gke, child = args.spec, args.spec.gke, pulumi.ResourceOptions(parent=self)
         apis = enabled_services(
-            name, args.project, [*REQUIRED_APIS, *([FILESTORE_API] if gke.filestore_csi else [])], self
+            name, args.project, [*REQUIRED_APIS, *([FILESTORE_API] if spec.runs_filestore_csi else [])], self
         )
         network = Network(
             f"{name}-network",
@@ -496,7 +510,10 @@ class GkeCluster(pulumi.ComponentResource):
                     gcp.container.ClusterAddonsConfigGcePersistentDiskCsiDriverConfigArgs(enabled=True)
                 ),
                 gcp_filestore_csi_driver_config=gcp.container.ClusterAddonsConfigGcpFilestoreCsiDriverConfigArgs(
-                    enabled=gke.filestore_csi
+                    enabled=spec.runs_filestore_csi
+                ),
+                gcs_fuse_csi_driver_config=gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(
+                    enabled=gke.gcs_fuse_csi
                 ),
             ),
             # The default pool is created and removed at once; give it the node identity so not even it runs
@@ -539,8 +556,16 @@ class GkeCluster(pulumi.ComponentResource):
         k8s_provider = kubernetes_provider(
             f"{name}-k8s", kubeconfig, cluster.master_auth.cluster_ca_certificate, opts=child
         )
-        # No StorageClass of our own: GKE's `standard-rwo` (pd-balanced, WaitForFirstConsumer, expandable)
-        # is already the default, and a second default only makes the newest one win silently.
+        # No default StorageClass of our own: GKE's `standard-rwo` (pd-balanced, WaitForFirstConsumer,
+        # expandable) is already the default, and a second default only makes the newest one win silently.
+        if spec.storage.shared == FILESTORE_STORAGE:
+            storage_class(
+                f"{name}-shared-storage-class",
+                filestore_storage_class_manifest(network.network_name),
+                k8s_provider,
+                self,
+                [system_nodes, apis[FILESTORE_API]],
+            )
         self.handle = GpuCluster(
             name=spec.name,
             kubernetes_version=spec.kubernetes_version,

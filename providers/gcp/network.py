@@ -20,6 +20,8 @@ class Network(pulumi.ComponentResource):
     `after`: resources the new VPC waits for (the Compute Engine API)."""
 
     network: pulumi.Output[str]
+    # The VPC's short name (services such as Filestore take it instead of a self link).
+    network_name: pulumi.Output[str]
     subnetwork: pulumi.Output[str]
     pods_range_name: pulumi.Output[str] | None = None
     services_range_name: pulumi.Output[str] | None = None
@@ -37,6 +39,7 @@ class Network(pulumi.ComponentResource):
         if not spec.creates_vpc:
             assert spec.network_name and spec.subnetwork_name, "validated by load_spec"
             self.network = pulumi.Output.from_input(spec.network_name)
+            self.network_name = pulumi.Output.from_input(spec.network_name.rsplit("/", 1)[-1])
             self.subnetwork = pulumi.Output.from_input(spec.subnetwork_name)
             if spec.pods_range_name and spec.services_range_name:
                 self.pods_range_name = pulumi.Output.from_input(spec.pods_range_name)
@@ -83,6 +86,7 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
         self.network = vpc.id
+        self.network_name = vpc.name
         self.subnetwork = subnet.id
         if vpc_native:
             self.pods_range_name = pulumi.Output.from_input(PODS_RANGE)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import ClassVar, Literal
 
 from gpu_k8s.components.catalog import N1_MACHINE, Catalog, MachineType
@@ -57,7 +57,12 @@ class GkeSpec(StrictModel):
     master_ipv4_cidr_block: str = "172.16.0.0/28"
     # Cloud KMS key (projects/<p>/locations/<region>/keyRings/<r>/cryptoKeys/<k>) that encrypts Secrets.
     secrets_kms_key: str | None = None
+    # GKE's own Filestore classes (standard-rwx, ...), which create instances on the `default` network;
+    # `storage.shared: filestore` turns the add-on on too, with `shared-rwx` on the cluster's VPC.
     filestore_csi: bool = False
+    # Cloud Storage buckets as volumes (Cloud Storage FUSE CSI add-on; pods reach buckets through Workload
+    # Identity, which the cluster always has).
+    gcs_fuse_csi: bool = False
     deletion_protection: bool = True
     # Google's driver installer: "default" (COS and Ubuntu) or "latest" (COS only).
     gpu_driver_version: Literal["default", "latest"] = "default"
@@ -134,6 +139,7 @@ class GcpPoolRules(PoolRules):
 
 
 GCP_POOL_RULES = GcpPoolRules("gcp")
+FILESTORE_STORAGE = "filestore"
 
 
 class GcpClusterSpec(ClusterSpec):
@@ -153,6 +159,15 @@ class GkeClusterSpec(GcpClusterSpec):
 
     gke: GkeSpec = GkeSpec()
 
+    @property
+    def runs_filestore_csi(self) -> bool:
+        """Whether the cluster runs the Filestore CSI add-on."""
+        return self.gke.filestore_csi or self.storage.shared == FILESTORE_STORAGE
+
+    shared_storage: ClassVar[Mapping[str, str]] = {
+        FILESTORE_STORAGE: "Filestore, through GKE's Filestore CSI add-on, on the cluster's VPC"
+    }
+
 
 class GceK3sClusterSpec(K3sClusterSpec, GcpClusterSpec):
     """k3s on Compute Engine VMs: servers in the system pool, agents in zonal GPU instance groups."""
@@ -160,6 +175,13 @@ class GceK3sClusterSpec(K3sClusterSpec, GcpClusterSpec):
     network: GcpNetwork
 
     subnet_has_pod_ranges: ClassVar[bool] = False
+    # Upstream ships the self-managed driver only as kustomize manifests that authenticate with a service
+    # account key, and the image of its newest release (v1.13.1) is not in the stored promotion files
+    # (upstream-charts MANIFEST), so nothing here can pin it.
+    no_shared_storage: ClassVar[str] = (
+        "the self-managed Filestore CSI driver needs a service-account key and has no pinnable image "
+        "for its newest release; GKE runs it as an add-on (kind: gke)"
+    )
 
     def network_issues(self) -> Iterable[ConfigIssue]:
         yield from super().network_issues()

@@ -1,0 +1,129 @@
+"""`storage.shared: efs`: an encrypted EFS file system that only the cluster's nodes reach, the EFS CSI
+add-on, and the StorageClass `shared-rwx` whose claims are access points on that file system."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from gpu_k8s.components import storage
+from gpu_k8s.providers.aws import addons
+from gpu_k8s.providers.aws.iam import EFS_CSI_POLICIES, pod_identity_trust_policy, role_with_policies
+from gpu_k8s.providers.aws.zones import Zone
+
+EFS_CSI_ADDON = "aws-efs-csi-driver"
+EFS_PROVISIONER = "efs.csi.aws.com"
+# The EKS user guide (storage/efs-csi.adoc) grants the driver's role to every `efs-csi-*` service account of
+# the add-on: the controller makes access points; the node plugin mounts.
+EFS_CSI_SERVICE_ACCOUNTS = ("efs-csi-controller-sa", "efs-csi-node-sa")
+NFS_PORT = 2049
+
+
+def efs_storage_class_manifest(file_system_id: pulumi.Input[str]) -> dict[str, Any]:
+    """`shared-rwx` on EFS: each claim is an access point with its own directory on the one file system
+    (parameters as in the aws-efs-csi-driver 4.4.1 chart's `storageClasses` example). The access point
+    enforces its own uid/gid on every request, so mode 700 keeps claims apart whatever user a pod runs as.
+    EFS grows and shrinks with the data: a claim's size is not enforced and cannot be expanded."""
+    return storage.shared_storage_class_manifest(
+        EFS_PROVISIONER,
+        {"provisioningMode": "efs-ap", "fileSystemId": file_system_id, "directoryPerms": "700"},
+        zonal=False,
+        expandable=False,
+    )
+
+
+def mount_zones(zones: Sequence[Zone]) -> dict[str, int]:
+    """Zone name -> index of its first private subnet: EFS takes one mount target per zone."""
+    first: dict[str, int] = {}
+    for index, zone in enumerate(zones):
+        first.setdefault(zone.name, index)
+    return first
+
+
+@dataclass(frozen=True)
+class EfsSharedStorageArgs:
+    cluster_name: pulumi.Input[str]
+    kubernetes_version: str
+    vpc_id: pulumi.Input[str]
+    # The cluster's zones, in private-subnet order, and those subnets.
+    zones: Sequence[Zone]
+    private_subnet_ids: Sequence[pulumi.Input[str]]
+    # The group every node carries (EKS's cluster security group): the only source NFS is open to.
+    node_security_group_id: pulumi.Input[str]
+    k8s_provider: k8s.Provider
+    # What must run before the add-on's controller can schedule and the StorageClass can be created.
+    system_ready: Sequence[pulumi.Resource]
+
+
+class EfsSharedStorage(pulumi.ComponentResource):
+    """One EFS file system for the cluster, mounted in every zone of the cluster (system nodes included)."""
+
+    file_system_id: pulumi.Output[str]
+
+    def __init__(self, name: str, args: EfsSharedStorageArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-k8s:aws:EfsSharedStorage", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        file_system = aws.efs.FileSystem(
+            f"{name}-fs",
+            encrypted=True,
+            # Elastic throughput follows the workload (a data loader's burst, a checkpoint) and is billed per
+            # GB moved; bursting would tie throughput to the stored size, which is small for a new cluster.
+            throughput_mode="elastic",
+            performance_mode="generalPurpose",
+            tags={"Name": name},
+            opts=child,
+        )
+        mount_group = aws.ec2.SecurityGroup(
+            f"{name}-mount-targets",
+            vpc_id=args.vpc_id,
+            description=f"EFS mount targets of {name}: NFS from the cluster's nodes only",
+            tags={"Name": f"{name}-mount-targets"},
+            opts=child,
+        )
+        nfs_from_nodes = aws.vpc.SecurityGroupIngressRule(
+            f"{name}-nfs-from-nodes",
+            security_group_id=mount_group.id,
+            referenced_security_group_id=args.node_security_group_id,
+            ip_protocol="tcp",
+            from_port=NFS_PORT,
+            to_port=NFS_PORT,
+            description="NFS from the cluster's nodes",
+            opts=pulumi.ResourceOptions(parent=mount_group),
+        )
+        mount_targets = [
+            aws.efs.MountTarget(
+                f"{name}-mount-{zone}",
+                file_system_id=file_system.id,
+                subnet_id=args.private_subnet_ids[index],
+                security_groups=[mount_group.id],
+                opts=pulumi.ResourceOptions(parent=file_system, depends_on=[nfs_from_nodes]),
+            )
+            for zone, index in mount_zones(args.zones).items()
+        ]
+        role = role_with_policies(f"{name}-csi", pod_identity_trust_policy(), EFS_CSI_POLICIES, parent=self)
+        driver = addons.addon(
+            name,
+            EFS_CSI_ADDON,
+            args.cluster_name,
+            args.kubernetes_version,
+            self,
+            [*args.system_ready, *role.grants],
+            pod_identity_associations=[
+                aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=account)
+                for account in EFS_CSI_SERVICE_ACCOUNTS
+            ],
+        )
+        storage.storage_class(
+            f"{name}-shared-storage-class",
+            efs_storage_class_manifest(file_system.id),
+            args.k8s_provider,
+            self,
+            [driver, *mount_targets, *args.system_ready],
+        )
+        self.file_system_id = file_system.id
+        self.register_outputs({"fileSystemId": file_system.id})

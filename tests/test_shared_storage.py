@@ -1,0 +1,191 @@
+"""`storage.shared`: a file system pods on many nodes mount at once, as the StorageClass `shared-rwx` on
+every platform that builds one (EFS on aws-eks, Filestore on gcp-gke), refused with the reason elsewhere."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from gpu_k8s.providers.aws.shared_storage import mount_zones
+from gpu_k8s.providers.aws.zones import Zone
+from gpu_k8s.tools.engine import Recording, run_program
+from tests.conftest import assert_refused_before_any_resource, delete_key, set_path, some
+
+STORAGE_CLASS = "kubernetes:storage.k8s.io/v1:StorageClass"
+
+
+def shared_classes(recording: Recording) -> list:
+    return [r for r in recording.by_type(STORAGE_CLASS) if r.inputs["metadata"]["name"] == "shared-rwx"]
+
+
+def shared_class(recording: Recording):
+    (found,) = shared_classes(recording)
+    return found
+
+
+def efs_addon(recording: Recording):
+    (found,) = [
+        a for a in recording.by_type("aws:eks/addon:Addon") if a.inputs["addonName"] == "aws-efs-csi-driver"
+    ]
+    return found
+
+
+def test_efs_is_encrypted_and_elastic(aws_eks):
+    (file_system,) = aws_eks.by_type("aws:efs/fileSystem:FileSystem")
+    assert file_system.inputs["encrypted"] is True
+    assert file_system.inputs["throughputMode"] == "elastic"
+    assert file_system.inputs["performanceMode"] == "generalPurpose"
+
+
+def test_efs_is_reachable_by_nfs_from_the_clusters_nodes_only(aws_eks):
+    """The mount targets' group has one rule: TCP 2049 from the security group every EKS node carries. No
+    CIDR, no other port, nothing outbound (replies to allowed traffic need no rule)."""
+    group = aws_eks.by_name("ml-efs-mount-targets")
+    assert "ingress" not in group.inputs and "egress" not in group.inputs
+    rules = [
+        r
+        for r in aws_eks.registrations
+        if r.type.startswith("aws:vpc/securityGroup") and r.inputs["securityGroupId"] == group.id
+    ]
+    (rule,) = rules
+    cluster = aws_eks.by_name("ml-eks")
+    assert rule.type == "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+    assert (rule.inputs["ipProtocol"], rule.inputs["fromPort"], rule.inputs["toPort"]) == ("tcp", 2049, 2049)
+    assert rule.inputs["referencedSecurityGroupId"] == cluster.outputs["vpcConfig"]["clusterSecurityGroupId"]
+    assert "cidrIpv4" not in rule.inputs
+
+
+def test_efs_has_a_mount_target_in_every_zone_of_the_cluster(aws_eks):
+    """System nodes and every GPU pool (each in some of the cluster's zones) mount in their own zone."""
+    file_system = aws_eks.by_name("ml-efs-fs")
+    group = aws_eks.by_name("ml-efs-mount-targets")
+    rule = aws_eks.by_name("ml-efs-nfs-from-nodes")
+    subnets = {s.name: s.id for s in aws_eks.by_type("aws:ec2/subnet:Subnet")}
+    private = [subnets[name] for name in sorted(subnets) if "private" in name]
+    targets = some(aws_eks.by_type("aws:efs/mountTarget:MountTarget"), at_least=2)
+    assert sorted(t.inputs["subnetId"] for t in targets) == sorted(private)
+    for target in targets:
+        assert target.inputs["fileSystemId"] == file_system.id
+        assert target.inputs["securityGroups"] == [group.id]
+        # Created after the rule that lets nodes in, and deleted before the file system.
+        assert rule.urn in target.dependencies
+        assert target.parent == file_system.urn
+
+
+def test_efs_takes_one_mount_target_per_zone_even_with_two_subnets_in_it():
+    zones = [Zone("us-east-1a", "use1-az1"), Zone("us-east-1b", "use1-az2"), Zone("us-east-1a", "use1-az1")]
+    assert mount_zones(zones) == {"us-east-1a": 0, "us-east-1b": 1}
+
+
+def test_efs_csi_add_on_gets_the_managed_policy_through_pod_identity(aws_eks):
+    addon = next(
+        a for a in aws_eks.by_type("aws:eks/addon:Addon") if a.inputs["addonName"] == "aws-efs-csi-driver"
+    )
+    role = aws_eks.by_name("ml-efs-csi-role")
+    attachment = aws_eks.by_name("ml-efs-csi-AmazonEFSCSIDriverPolicy")
+    assert attachment.inputs["policyArn"] == "arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy"
+    assert attachment.inputs["role"] == role.outputs.get("name", role.id)
+    assert addon.inputs["podIdentityAssociations"] == [
+        {"roleArn": role.outputs["arn"], "serviceAccount": "efs-csi-controller-sa"},
+        {"roleArn": role.outputs["arn"], "serviceAccount": "efs-csi-node-sa"},
+    ]
+    assert '"pods.eks.amazonaws.com"' in role.inputs["assumeRolePolicy"]
+    # The controller schedules on the system nodes; the add-on waits for them and for its permissions.
+    assert {aws_eks.by_name("ml-system").urn, attachment.urn} <= set(addon.dependencies)
+
+
+def test_efs_storage_class_makes_access_points_once_the_driver_and_mount_targets_exist(aws_eks):
+    shared = shared_class(aws_eks)
+    file_system = aws_eks.by_name("ml-efs-fs")
+    assert shared.inputs["provisioner"] == "efs.csi.aws.com"
+    assert shared.inputs["parameters"] == {
+        "provisioningMode": "efs-ap",
+        "fileSystemId": file_system.id,
+        "directoryPerms": "700",
+    }
+    # EFS is regional: nothing to wait for; it is not the default class (gp3 is).
+    assert shared.inputs["volumeBindingMode"] == "Immediate"
+    assert "annotations" not in shared.inputs["metadata"]
+    addon = next(
+        a for a in aws_eks.by_type("aws:eks/addon:Addon") if a.inputs["addonName"] == "aws-efs-csi-driver"
+    )
+    targets = aws_eks.by_type("aws:efs/mountTarget:MountTarget")
+    assert {addon.urn, *(t.urn for t in targets)} <= set(shared.dependencies)
+
+
+def test_filestore_storage_class_is_on_the_clusters_own_vpc(gcp_gke):
+    """The driver's default network is `default`; instances there are unreachable from the cluster's VPC."""
+    shared = shared_class(gcp_gke)
+    vpc = gcp_gke.by_name("ml-network-vpc")
+    assert shared.inputs["provisioner"] == "filestore.csi.storage.gke.io"
+    assert shared.inputs["parameters"] == {"tier": "standard", "network": vpc.outputs["name"]}
+    assert shared.inputs["volumeBindingMode"] == "WaitForFirstConsumer"
+    api = next(
+        s
+        for s in gcp_gke.by_type("gcp:projects/service:Service")
+        if s.inputs["service"] == "file.googleapis.com"
+    )
+    assert {api.urn, gcp_gke.by_name("ml-system").urn} <= set(shared.dependencies)
+
+
+def test_filestore_on_an_existing_network_given_as_a_self_link_takes_its_name(gcp_gke_config):
+    config = copy.deepcopy(gcp_gke_config)
+    cluster = config["gpu-k8s:cluster"]
+    cluster["network"] = {
+        **{k: v for k, v in cluster["network"].items() if k in ("zones",)},
+        "networkName": "projects/gpu-k8s-demo/global/networks/ml-vpc",
+        "subnetworkName": "ml-nodes",
+        "podsRangeName": "pods",
+        "servicesRangeName": "services",
+    }
+    recording = run_program("existing-network", config)
+    assert shared_class(recording).inputs["parameters"]["network"] == "ml-vpc"
+
+
+def test_without_storage_nothing_of_it_is_planned(aws_eks_config, gcp_gke_config):
+    for stack_config, file_system_types in (
+        (aws_eks_config, ("aws:efs/", "aws-efs-csi-driver")),
+        (gcp_gke_config, ("file.googleapis.com",)),
+    ):
+        config = copy.deepcopy(stack_config)
+        delete_key("storage")(config["gpu-k8s:cluster"])
+        recording = run_program("no-storage", config)
+        assert not [
+            r for r in recording.by_type(STORAGE_CLASS) if r.inputs["metadata"]["name"] == "shared-rwx"
+        ]
+        text = str([(r.type, r.inputs) for r in recording.registrations])
+        for marker in file_system_types:
+            assert marker not in text
+
+
+def test_gcs_fuse_add_on_on_request(gcp_gke_config):
+    config = copy.deepcopy(gcp_gke_config)
+    set_path("gke.gcsFuseCsi", True)(config["gpu-k8s:cluster"])
+    addons = run_program("gcs-fuse", config).by_name("ml-gke").inputs["addonsConfig"]
+    assert addons["gcsFuseCsiDriverConfig"] == {"enabled": True}
+
+
+BAD_STORAGE: list[tuple[str, str, tuple[str, ...]]] = [
+    ("aws-eks", "filestore", ("use one of: efs",)),
+    ("aws-eks", "nfs", ("not a shared file system of aws/eks",)),
+    ("gcp-gke", "efs", ("use one of: filestore",)),
+    ("aws-k3s", "efs", ("EFS on k3s is not built yet", "remove it")),
+    ("gcp-k3s", "filestore", ("service-account key", "kind: gke")),
+]
+
+
+@pytest.mark.parametrize(
+    ("stack", "value", "words"), BAD_STORAGE, ids=[f"{c[0]}-{c[1]}" for c in BAD_STORAGE]
+)
+def test_a_file_system_the_platform_does_not_build_is_refused(request, stack, value, words):
+    config = request.getfixturevalue(f"{stack.replace('-', '_')}_config")
+    assert_refused_before_any_resource(
+        config, set_path("storage", {"shared": value}), "gpu-k8s:cluster.storage.shared", words
+    )
+
+
+def test_an_unknown_storage_key_is_refused(aws_eks_config):
+    assert_refused_before_any_resource(
+        aws_eks_config, set_path("storage", {"sharde": "efs"}), "gpu-k8s:cluster.storage.sharde", ("shared",)
+    )
