@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 from gpu_k8s.components.configbase import ConfigError
 from gpu_k8s.components.spec import load_spec, pool_child_name
 from gpu_k8s.tools.engine import run_program
-from tests.conftest import Mutation, assert_refused_before_any_resource, delete_key, minimal_cluster, set_path
+from tests.conftest import (
+    Mutation,
+    assert_refused_before_any_resource,
+    delete_key,
+    minimal_cluster,
+    set_path,
+    some,
+)
+from tests.paths import REPO_ROOT
 
 # A gcp/k3s cluster written with GKE's network keys.
 GCP_K3S_WITH_GKE_NETWORK = {
@@ -405,3 +413,29 @@ def test_generated_pools_register_unique_resources_named_after_their_pool(aws_ek
         second = run_program("pools", config)
         kept = {r.urn for r in second.registrations if r.name.startswith(pool_child_name("ml", names[1]))}
         assert kept and kept <= set(urns)
+
+
+def test_every_config_key_is_documented_in_the_stacks_readme():
+    """Each key any platform (or the existing-cluster layer) reads appears in stacks/README.md in backticks,
+    alone or in a mapping such as `{key, value, effect}`."""
+    import re
+
+    from pydantic import BaseModel
+
+    from gpu_k8s.components.spec import _registered, _structure_model
+    from gpu_k8s.providers.aws.existing import ExistingEksSpec
+
+    def keys(model: type[BaseModel]) -> set[str]:
+        found = set()
+        for name, field in model.model_fields.items():
+            found.add(field.alias or name)
+            for arg in getattr(field.annotation, "__args__", ()) or (field.annotation,):
+                for inner in getattr(arg, "__args__", ()) or (arg,):
+                    if isinstance(inner, type) and issubclass(inner, BaseModel):
+                        found |= keys(inner)
+        return found
+
+    readme = (REPO_ROOT / "stacks" / "README.md").read_text()
+    quoted = " ".join(re.findall(r"`[^`\n]+`", readme))
+    every_key = some(keys(_structure_model(_registered())) | keys(ExistingEksSpec), at_least=80)
+    assert sorted(k for k in every_key if not re.search(rf"[`{{ ,.]{re.escape(k)}[`}}:,\[ ]", quoted)) == []
