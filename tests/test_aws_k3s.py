@@ -186,6 +186,8 @@ def test_security_group_rules_are_exactly_the_k3s_ports(aws_k3s):
         # Agents register through the internal balancer, which forwards to the servers only.
         ("registration", "tcp", 6443, 6443, "nodes"),
         ("servers", "tcp", 6443, 6443, "registration"),
+        # storage.shared: efs: NFS from the nodes to the file system's mount targets, nothing else.
+        ("efs-mount-targets", "tcp", 2049, 2049, "nodes"),
     }
     egress = {
         (

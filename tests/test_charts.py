@@ -49,6 +49,7 @@ EXPECTED_CHARTS = {
         "aws-ebs-csi-driver",
         "aws-node-termination-handler",
         "aws-cloud-controller-manager",
+        "aws-efs-csi-driver",
     },
     "gcp_k3s": {"gpu-operator", "cluster-autoscaler"},
 }
@@ -713,3 +714,22 @@ def test_the_efa_device_plugin_runs_on_tainted_gpu_nodes_with_efa(rendered):
         for value in expression["values"]
     }
     assert "p5.48xlarge" in instance_types
+
+
+def test_the_efs_controller_runs_on_the_k3s_servers_and_its_node_plugin_everywhere(rendered):
+    """The controller needs the servers' instance role (agents' pods reach no instance metadata); the node
+    plugin mounts on every node, GPU agents with their taints included, on the host network."""
+    release = rendered["aws_k3s", "aws-efs-csi-driver"]
+    (controller,) = release.of_kind("Deployment")
+    pod = controller["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux", "gpu-k8s.io/pool": "system"}
+    assert {"key": "CriticalAddonsOnly", "operator": "Exists"} in pod["tolerations"]
+    assert not pod.get("hostNetwork")
+    (node,) = release.of_kind("DaemonSet")
+    node_pod = node["spec"]["template"]["spec"]
+    assert {"operator": "Exists"} in node_pod["tolerations"]
+    assert node_pod["hostNetwork"] is True
+    (driver,) = release.of_kind("CSIDriver")
+    assert driver["metadata"]["name"] == "efs.csi.aws.com"
+    # The StorageClass is the stack's (with its file system), not the chart's.
+    assert release.of_kind("StorageClass") == []

@@ -143,7 +143,8 @@ def test_aws_nodes_require_imdsv2_with_the_intended_hop_limit(
 
 
 def test_k3s_agents_hold_no_storage_policy(aws_k3s: Recording):
-    """The EBS CSI controller runs on the servers: only their role may attach volumes."""
+    """The EBS and EFS CSI controllers run on the servers: only their role may attach volumes or make
+    access points."""
     attached = {
         (r.inputs["role"].rsplit("-", 1)[0], r.inputs["policyArn"].rsplit("/", 1)[1])
         for r in aws_k3s.by_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
@@ -151,6 +152,7 @@ def test_k3s_agents_hold_no_storage_policy(aws_k3s: Recording):
     assert attached == {
         ("ml-server-role", "AmazonSSMManagedInstanceCore"),
         ("ml-server-role", "AmazonEBSCSIDriverPolicyV2"),
+        ("ml-server-role", "AmazonEFSCSIDriverPolicy"),
         ("ml-agent-role", "AmazonSSMManagedInstanceCore"),
     }
 
@@ -196,8 +198,9 @@ def test_k3s_nodes_wait_for_their_roles_permissions(aws_k3s: Recording):
         r.urn for r in aws_k3s.registrations if r.parent == aws_k3s.by_name("ml-server-role").urn
     }
     agent_grants = {r.urn for r in aws_k3s.registrations if r.parent == aws_k3s.by_name("ml-agent-role").urn}
-    # Servers: two attachments, autoscaler, secrets, snapshots, cloud controller; agents: one, secrets.
-    assert len(server_grants) == 6 and len(agent_grants) == 2
+    # Servers: three attachments (EFS with storage.shared), autoscaler, secrets, snapshots, cloud controller;
+    # agents: one, secrets.
+    assert len(server_grants) == 7 and len(agent_grants) == 2
     for server in (aws_k3s.by_name(f"ml-server-{i}") for i in range(3)):
         assert server_grants <= set(server.dependencies)
     for group in aws_k3s.by_type("aws:autoscaling/group:Group"):

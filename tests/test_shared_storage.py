@@ -170,7 +170,7 @@ BAD_STORAGE: list[tuple[str, str, tuple[str, ...]]] = [
     ("aws-eks", "filestore", ("use one of: efs",)),
     ("aws-eks", "nfs", ("not a shared file system of aws/eks",)),
     ("gcp-gke", "efs", ("use one of: filestore",)),
-    ("aws-k3s", "efs", ("EFS on k3s is not built yet", "remove it")),
+    ("aws-k3s", "filestore", ("use one of: efs",)),
     ("gcp-k3s", "filestore", ("service-account key", "kind: gke")),
 ]
 
@@ -188,4 +188,25 @@ def test_a_file_system_the_platform_does_not_build_is_refused(request, stack, va
 def test_an_unknown_storage_key_is_refused(aws_eks_config):
     assert_refused_before_any_resource(
         aws_eks_config, set_path("storage", {"sharde": "efs"}), "gpu-k8s:cluster.storage.sharde", ("shared",)
+    )
+
+
+def test_efs_on_k3s_lets_in_nfs_from_the_nodes_group_and_gives_the_servers_the_driver_policy(aws_k3s):
+    """Every k3s node (server or agent) carries the `nodes` group; the driver's controller runs on the
+    servers with their instance role, so that role, and only it, holds the EFS driver policy."""
+    rule = aws_k3s.by_name("ml-efs-nfs-from-nodes")
+    assert rule.inputs["referencedSecurityGroupId"] == aws_k3s.by_name("ml-nodes-sg").id
+    assert (rule.inputs["fromPort"], rule.inputs["toPort"]) == (2049, 2049)
+    holders = {
+        r.inputs["role"].rsplit("-", 1)[0]
+        for r in aws_k3s.by_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if r.inputs["policyArn"].endswith("/AmazonEFSCSIDriverPolicy")
+    }
+    assert holders == {"ml-server-role"}
+    shared = shared_class(aws_k3s)
+    assert shared.inputs["parameters"]["fileSystemId"] == aws_k3s.by_name("ml-efs-fs").id
+    release = aws_k3s.by_name("ml-efs-csi")
+    assert release.urn in shared.dependencies
+    assert len(some(aws_k3s.by_type("aws:efs/mountTarget:MountTarget"), at_least=2)) == len(
+        {s.inputs["availabilityZone"] for s in aws_k3s.by_type("aws:ec2/subnet:Subnet")}
     )

@@ -47,7 +47,7 @@ from gpu_k8s.providers.aws.nodes import (
     system_node_group,
 )
 from gpu_k8s.providers.aws.settings import EFS_STORAGE, EksClusterSpec
-from gpu_k8s.providers.aws.shared_storage import EfsSharedStorage, EfsSharedStorageArgs
+from gpu_k8s.providers.aws.shared_storage import EfsSharedStorage, EfsSharedStorageArgs, efs_csi_addon
 from gpu_k8s.providers.aws.zones import ZonePlan, zone_issues, zone_plan
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
@@ -285,17 +285,16 @@ class EksCluster(pulumi.ComponentResource):
             name, addons.default_storage_class_manifest(), k8s_provider, self, [ebs_csi, *system_ready]
         )
         if spec.storage.shared == EFS_STORAGE:
+            efs_driver = efs_csi_addon(name, cluster.name, version, self, system_ready)
             EfsSharedStorage(
                 f"{name}-efs",
                 EfsSharedStorageArgs(
-                    cluster_name=cluster.name,
-                    kubernetes_version=version,
                     vpc_id=network.vpc_id,
                     zones=args.zones.zones,
                     private_subnet_ids=network.private_subnet_ids,
                     node_security_group_id=cluster.vpc_config.cluster_security_group_id,
                     k8s_provider=k8s_provider,
-                    system_ready=system_ready,
+                    driver_ready=[efs_driver, *system_ready],
                 ),
                 opts=child,
             )

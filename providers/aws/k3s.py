@@ -50,6 +50,7 @@ from gpu_k8s.providers.aws.autoscaling import (
 )
 from gpu_k8s.providers.aws.backups import SnapshotBucket, snapshot_access_policy
 from gpu_k8s.providers.aws.iam import (
+    EFS_CSI_POLICIES,
     MANAGED,
     POLICY_VERSION,
     GrantedRole,
@@ -66,7 +67,8 @@ from gpu_k8s.providers.aws.nodes import (
     cpu_arch,
     launch_tag_specifications,
 )
-from gpu_k8s.providers.aws.settings import Ec2K3sClusterSpec
+from gpu_k8s.providers.aws.settings import EFS_STORAGE, Ec2K3sClusterSpec
+from gpu_k8s.providers.aws.shared_storage import EfsSharedStorage, EfsSharedStorageArgs, efs_csi_chart
 from gpu_k8s.providers.aws.zones import ZonePlan, zone_issues, zone_plan
 
 CAPACITY_LABEL = "gpu-k8s.io/capacity-type"
@@ -363,10 +365,12 @@ class AwsK3sCluster(pulumi.ComponentResource):
         server_secret, server_secret_value = self._secret(name, "servers", control_plane.server_secret)
         agent_secret, agent_secret_value = self._secret(name, "agents", control_plane.agent_secret)
 
+        shares_efs = spec.storage.shared == EFS_STORAGE
         server_role = role_with_policies(
             f"{name}-server",
             service_trust_policy("ec2.amazonaws.com"),
-            SERVER_POLICIES,
+            # The EFS CSI controller runs on the servers too, with their role.
+            (*SERVER_POLICIES, *(EFS_CSI_POLICIES if shares_efs else ())),
             parent=self,
             inline_policy=cluster_autoscaler_policy(spec.name),
         )
@@ -463,6 +467,27 @@ class AwsK3sCluster(pulumi.ComponentResource):
         default_storage_class(
             name, addons.default_storage_class_manifest(), k8s_provider, self, [ebs_csi, *system_ready]
         )
+        if shares_efs:
+            efs_driver = efs_csi_chart(
+                name,
+                {POOL_LABEL: SYSTEM_POOL_NAME},
+                args.traits.system_tolerations,
+                k8s_provider,
+                self,
+                system_ready,
+            )
+            EfsSharedStorage(
+                f"{name}-efs",
+                EfsSharedStorageArgs(
+                    vpc_id=network.vpc_id,
+                    zones=args.zones.zones,
+                    private_subnet_ids=network.private_subnet_ids,
+                    node_security_group_id=groups.nodes.id,
+                    k8s_provider=k8s_provider,
+                    driver_ready=[efs_driver, *system_ready],
+                ),
+                opts=child,
+            )
         K3sUpgrades(
             f"{name}-upgrades",
             spec.k3s.version,

@@ -197,9 +197,9 @@ class Ec2K3sClusterSpec(K3sClusterSpec, AwsClusterSpec):
 
     network: AwsNetwork
 
-    no_shared_storage: ClassVar[str] = (
-        "EFS on k3s is not built yet (it is on EKS: file system, mount targets, CSI add-on, StorageClass)"
-    )
+    shared_storage: ClassVar[Mapping[str, str]] = {
+        EFS_STORAGE: "Amazon EFS, through the pinned chart of its CSI driver"
+    }
 
     def network_issues(self) -> Iterable[ConfigIssue]:
         yield from super().network_issues()

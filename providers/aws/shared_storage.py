@@ -1,5 +1,6 @@
 """`storage.shared: efs`: an encrypted EFS file system that only the cluster's nodes reach, the EFS CSI
-add-on, and the StorageClass `shared-rwx` whose claims are access points on that file system."""
+driver (the EKS add-on, or the pinned chart on k3s), and the StorageClass `shared-rwx` whose claims are
+access points on that file system."""
 
 from __future__ import annotations
 
@@ -12,15 +13,24 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from gpu_k8s.components import storage
+from gpu_k8s.components.helm import helm_release
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.iam import EFS_CSI_POLICIES, pod_identity_trust_policy, role_with_policies
 from gpu_k8s.providers.aws.zones import Zone
 
 EFS_CSI_ADDON = "aws-efs-csi-driver"
+EFS_CSI_CHART = "aws-efs-csi-driver"
+EFS_CSI_CHART_VERSION = "4.4.1"
+EFS_CSI_REPO = "https://kubernetes-sigs.github.io/aws-efs-csi-driver"
 EFS_PROVISIONER = "efs.csi.aws.com"
 # The EKS user guide (storage/efs-csi.adoc) grants the driver's role to every `efs-csi-*` service account of
 # the add-on: the controller makes access points; the node plugin mounts.
 EFS_CSI_SERVICE_ACCOUNTS = ("efs-csi-controller-sa", "efs-csi-node-sa")
+# The chart's own controller tolerations (values.yaml, 4.4.1): Helm replaces a list, so ours repeat them.
+EFS_CSI_CONTROLLER_TOLERATIONS = (
+    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+    {"key": "efs.csi.aws.com/agent-not-ready", "operator": "Exists"},
+)
 NFS_PORT = 2049
 
 
@@ -37,6 +47,20 @@ def efs_storage_class_manifest(file_system_id: pulumi.Input[str]) -> dict[str, A
     )
 
 
+def efs_csi_chart_values(
+    controller_node_selector: dict[str, str], tolerations: Sequence[dict[str, str]]
+) -> dict[str, Any]:
+    """The chart on k3s: the controller on the servers, whose instance role may make access points (it
+    reads role and region from instance metadata, which the servers give pods); the node plugin (host
+    network, every node: the chart tolerates every taint) mounts."""
+    return {
+        "controller": {
+            "nodeSelector": controller_node_selector,
+            "tolerations": [*EFS_CSI_CONTROLLER_TOLERATIONS, *tolerations],
+        }
+    }
+
+
 def mount_zones(zones: Sequence[Zone]) -> dict[str, int]:
     """Zone name -> index of its first private subnet: EFS takes one mount target per zone."""
     first: dict[str, int] = {}
@@ -45,23 +69,66 @@ def mount_zones(zones: Sequence[Zone]) -> dict[str, int]:
     return first
 
 
+def efs_csi_addon(
+    name: str,
+    cluster_name: pulumi.Input[str],
+    kubernetes_version: str,
+    parent: pulumi.Resource,
+    depends_on: Sequence[pulumi.Resource],
+) -> aws.eks.Addon:
+    """The EFS CSI add-on; its service accounts get AWS credentials through Pod Identity."""
+    role = role_with_policies(f"{name}-efs-csi", pod_identity_trust_policy(), EFS_CSI_POLICIES, parent=parent)
+    return addons.addon(
+        name,
+        EFS_CSI_ADDON,
+        cluster_name,
+        kubernetes_version,
+        parent,
+        [*depends_on, *role.grants],
+        pod_identity_associations=[
+            aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=account)
+            for account in EFS_CSI_SERVICE_ACCOUNTS
+        ],
+    )
+
+
+def efs_csi_chart(
+    name: str,
+    controller_node_selector: dict[str, str],
+    tolerations: Sequence[dict[str, str]],
+    k8s_provider: k8s.Provider,
+    parent: pulumi.Resource,
+    depends_on: Sequence[pulumi.Resource],
+) -> k8s.helm.v3.Release:
+    return helm_release(
+        f"{name}-efs-csi",
+        chart=EFS_CSI_CHART,
+        version=EFS_CSI_CHART_VERSION,
+        repository=EFS_CSI_REPO,
+        namespace="kube-system",
+        values=efs_csi_chart_values(controller_node_selector, tolerations),
+        parent=parent,
+        provider=k8s_provider,
+        depends_on=depends_on,
+    )
+
+
 @dataclass(frozen=True)
 class EfsSharedStorageArgs:
-    cluster_name: pulumi.Input[str]
-    kubernetes_version: str
     vpc_id: pulumi.Input[str]
     # The cluster's zones, in private-subnet order, and those subnets.
     zones: Sequence[Zone]
     private_subnet_ids: Sequence[pulumi.Input[str]]
-    # The group every node carries (EKS's cluster security group): the only source NFS is open to.
+    # The group every node of the cluster carries: the only source NFS is open to.
     node_security_group_id: pulumi.Input[str]
     k8s_provider: k8s.Provider
-    # What must run before the add-on's controller can schedule and the StorageClass can be created.
-    system_ready: Sequence[pulumi.Resource]
+    # The CSI driver and what else must run before claims can be made.
+    driver_ready: Sequence[pulumi.Resource]
 
 
 class EfsSharedStorage(pulumi.ComponentResource):
-    """One EFS file system for the cluster, mounted in every zone of the cluster (system nodes included)."""
+    """One EFS file system for the cluster, with a mount target in every zone of the cluster (system nodes
+    included), and the StorageClass `shared-rwx` on it."""
 
     file_system_id: pulumi.Output[str]
 
@@ -105,25 +172,12 @@ class EfsSharedStorage(pulumi.ComponentResource):
             )
             for zone, index in mount_zones(args.zones).items()
         ]
-        role = role_with_policies(f"{name}-csi", pod_identity_trust_policy(), EFS_CSI_POLICIES, parent=self)
-        driver = addons.addon(
-            name,
-            EFS_CSI_ADDON,
-            args.cluster_name,
-            args.kubernetes_version,
-            self,
-            [*args.system_ready, *role.grants],
-            pod_identity_associations=[
-                aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=account)
-                for account in EFS_CSI_SERVICE_ACCOUNTS
-            ],
-        )
         storage.storage_class(
-            f"{name}-shared-storage-class",
+            f"{name}-storage-class",
             efs_storage_class_manifest(file_system.id),
             args.k8s_provider,
             self,
-            [driver, *mount_targets, *args.system_ready],
+            [*args.driver_ready, *mount_targets],
         )
         self.file_system_id = file_system.id
         self.register_outputs({"fileSystemId": file_system.id})
