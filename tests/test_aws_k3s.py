@@ -409,6 +409,10 @@ def test_iam_documents_pass_parliament(aws_k3s):
     """The same linting as the EKS documents: no finding, except RESOURCE_STAR on tag-scoped writes."""
     for name in ("ml-server-read-secrets", "ml-agent-read-secrets", "ml-server-policy"):
         assert serious_findings(aws_k3s.by_name(name).inputs["policy"], trust_policy=False) == [], name
+    # The service controller's writes are on `*`, as cloud-provider-aws documents its policy: the load
+    # balancers and groups it makes do not exist yet, and whether it tags them at creation is not confirmed.
+    controller = aws_k3s.by_name("ml-server-cloud-controller").inputs["policy"]
+    assert [f for f in serious_findings(controller, trust_policy=False) if f[1] != "RESOURCE_STAR"] == []
     for role in some(aws_k3s.by_type("aws:iam/role:Role"), at_least=2):
         assert serious_findings(role.inputs["assumeRolePolicy"], trust_policy=True) == [], role.name
 
@@ -715,7 +719,7 @@ def test_every_node_defers_to_the_aws_cloud_controller_and_is_named_after_its_in
         )
 
 
-def test_the_cloud_controller_goes_first_and_may_only_describe(aws_k3s):
+def test_the_cloud_controller_goes_first_and_its_node_controllers_only_describe(aws_k3s):
     release = aws_k3s.by_name("ml-cloud-controller")
     inputs = release.inputs
     assert (inputs["chart"], inputs["version"], inputs["repositoryOpts"]["repo"]) == (
@@ -747,5 +751,34 @@ def test_the_cloud_controller_goes_first_and_may_only_describe(aws_k3s):
     assert [r.name for r in others if not waits_for(r, release.urn)] == []
     policy = aws_k3s.by_name("ml-server-cloud-controller")
     assert policy.urn in release.dependencies
-    (statement,) = json.loads(policy.inputs["policy"])["Statement"]
+    statement = json.loads(policy.inputs["policy"])["Statement"][0]
+    assert statement["Sid"] == "NodeControllers"
     assert statement["Resource"] == "*" and all(a.startswith("ec2:Describe") for a in statement["Action"])
+
+
+def test_service_load_balancers_open_exactly_one_group_per_node(aws_k3s):
+    """The cloud controller's service controller opens the one group of an instance tagged with the cluster
+    (with several groups and none or two tagged, it fails the Service): every node carries `nodes`, the only
+    group with the tag."""
+    tag = "kubernetes.io/cluster/ml"
+    groups = {g.id: g for g in aws_k3s.by_type("aws:ec2/securityGroup:SecurityGroup")}
+    assert [g.name for g in groups.values() if tag in g.inputs["tags"]] == ["ml-nodes-sg"]
+    assert groups[aws_k3s.by_name("ml-nodes-sg").id].inputs["tags"][tag] == "owned"
+    attached = [
+        *(i.inputs["securityGroups"] for i in aws_k3s.by_type("aws:ec2/networkInterface:NetworkInterface")),
+        *(t.inputs["vpcSecurityGroupIds"] for t in aws_k3s.by_type("aws:ec2/launchTemplate:LaunchTemplate")),
+    ]
+    for group_ids in some(attached, at_least=4):
+        assert [groups[g].name for g in group_ids if tag in groups[g].inputs["tags"]] == ["ml-nodes-sg"]
+
+
+def test_the_cloud_controller_may_make_load_balancers_and_only_elb_its_service_role(aws_k3s):
+    policy = json.loads(aws_k3s.by_name("ml-server-cloud-controller").inputs["policy"])
+    statements = {s["Sid"]: s for s in policy["Statement"]}
+    actions = set(statements["ServiceLoadBalancers"]["Action"])
+    assert {"elasticloadbalancing:CreateLoadBalancer", "ec2:AuthorizeSecurityGroupIngress"} <= actions
+    # Nothing for volumes or routes: the CSI driver and flannel own those.
+    assert not [a for a in actions if "Volume" in a or ("Route" in a and a != "ec2:DescribeRouteTables")]
+    assert statements["LoadBalancerServiceRole"]["Condition"] == {
+        "StringEquals": {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"}
+    }

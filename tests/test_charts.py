@@ -627,7 +627,10 @@ def test_the_aws_cloud_controller_runs_the_node_controllers_on_the_servers_and_t
     # The stack's Kubernetes minor (1.36) picks the CCM build.
     assert container["image"] == "registry.k8s.io/provider-aws/cloud-controller-manager:v1.36.1"
     assert "--cloud-provider=aws" in container["args"]
-    assert "--controllers=cloud-node-controller,cloud-node-lifecycle-controller" in container["args"]
+    assert (
+        "--controllers=cloud-node-controller,cloud-node-lifecycle-controller,service-lb-controller"
+        in container["args"]
+    )
     assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "Default"
     # k3s labels its servers control-plane=true; the chart's default selector value is "".
     assert spec["nodeSelector"] == {

@@ -104,10 +104,10 @@ CCM_REPO = "https://kubernetes.github.io/cloud-provider-aws"
 # registry.k8s.io's promotion of it, as recorded in shared/upstream-charts/index.json: v1.36.1 is not in
 # the promotion file seen there (UNCONFIRMED on registry.k8s.io).
 CCM_IMAGE_TAGS = {"1.33": "v1.33.4", "1.34": "v1.34.3", "1.35": "v1.35.2", "1.36": "v1.36.1"}
-# Only the node controllers: they name, label and address nodes from EC2 and delete the Node of a
-# terminated instance (canonical names: k8s.io/cloud-provider names package). Load balancers for Services
-# (service-lb-controller) would need write access to EC2 and ELB across the account; not enabled.
-CCM_CONTROLLERS = ("cloud-node-controller", "cloud-node-lifecycle-controller")
+# The node controllers name, label and address nodes from EC2 and delete the Node of a terminated instance;
+# the service controller makes a load balancer for each `Service type=LoadBalancer` (canonical names:
+# k8s.io/cloud-provider names package). The route controller is off: flannel routes pods itself.
+CCM_CONTROLLERS = ("cloud-node-controller", "cloud-node-lifecycle-controller", "service-lb-controller")
 # What the node controllers call: the instance behind a provider ID, its zone's ID, its topology
 # (read-only actions of cloud-provider-aws docs/prerequisites.md's control-plane policy).
 CCM_ACTIONS = (
@@ -116,6 +116,54 @@ CCM_ACTIONS = (
     "ec2:DescribeAvailabilityZones",
     "ec2:DescribeInstanceTopology",
 )
+# What the service controller calls: the same policy's load-balancer and security-group actions (its
+# volume, route, Auto Scaling and KMS actions serve controllers that do not run here). It finds the
+# subnets for a load balancer (public ones by their route to an internet gateway) and opens the nodes'
+# group (the one tagged with the cluster, below) to it.
+CCM_LOAD_BALANCER_ACTIONS = (
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeRouteTables",
+    "ec2:DescribeVpcs",
+    "ec2:CreateSecurityGroup",
+    "ec2:CreateTags",
+    "ec2:AuthorizeSecurityGroupIngress",
+    "ec2:RevokeSecurityGroupIngress",
+    "ec2:DeleteSecurityGroup",
+    "elasticloadbalancing:AddTags",
+    "elasticloadbalancing:AttachLoadBalancerToSubnets",
+    "elasticloadbalancing:ApplySecurityGroupsToLoadBalancer",
+    "elasticloadbalancing:CreateLoadBalancer",
+    "elasticloadbalancing:CreateLoadBalancerPolicy",
+    "elasticloadbalancing:CreateLoadBalancerListeners",
+    "elasticloadbalancing:ConfigureHealthCheck",
+    "elasticloadbalancing:DeleteLoadBalancer",
+    "elasticloadbalancing:DeleteLoadBalancerListeners",
+    "elasticloadbalancing:DescribeLoadBalancers",
+    "elasticloadbalancing:DescribeLoadBalancerAttributes",
+    "elasticloadbalancing:DetachLoadBalancerFromSubnets",
+    "elasticloadbalancing:DeregisterInstancesFromLoadBalancer",
+    "elasticloadbalancing:ModifyLoadBalancerAttributes",
+    "elasticloadbalancing:RegisterInstancesWithLoadBalancer",
+    "elasticloadbalancing:SetLoadBalancerPoliciesForBackendServer",
+    "elasticloadbalancing:CreateListener",
+    "elasticloadbalancing:CreateTargetGroup",
+    "elasticloadbalancing:DeleteListener",
+    "elasticloadbalancing:DeleteTargetGroup",
+    "elasticloadbalancing:DescribeListeners",
+    "elasticloadbalancing:DescribeLoadBalancerPolicies",
+    "elasticloadbalancing:DescribeTargetGroups",
+    "elasticloadbalancing:DescribeTargetHealth",
+    "elasticloadbalancing:ModifyListener",
+    "elasticloadbalancing:ModifyTargetGroup",
+    "elasticloadbalancing:RegisterTargets",
+    "elasticloadbalancing:DeregisterTargets",
+    "elasticloadbalancing:SetLoadBalancerPoliciesOfListener",
+    "elasticloadbalancing:SetSecurityGroups",
+)
+# With more than one group on an instance, the service controller opens the one tagged with the cluster
+# (cloud-provider-aws findSecurityGroupForInstance): every node's `nodes` group carries it.
+CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
 UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 FLANNEL_VXLAN_PORT = 8472
@@ -227,7 +275,21 @@ def cloud_controller_policy() -> dict[str, object]:
     return {
         "Version": POLICY_VERSION,
         "Statement": [
-            {"Sid": "NodeControllers", "Effect": "Allow", "Action": list(CCM_ACTIONS), "Resource": "*"}
+            {"Sid": "NodeControllers", "Effect": "Allow", "Action": list(CCM_ACTIONS), "Resource": "*"},
+            {
+                "Sid": "ServiceLoadBalancers",
+                "Effect": "Allow",
+                "Action": list(CCM_LOAD_BALANCER_ACTIONS),
+                "Resource": "*",
+            },
+            # An account's first load balancer creates Elastic Load Balancing's service-linked role.
+            {
+                "Sid": "LoadBalancerServiceRole",
+                "Effect": "Allow",
+                "Action": "iam:CreateServiceLinkedRole",
+                "Resource": "*",
+                "Condition": {"StringEquals": {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"}},
+            },
         ],
     }
 
@@ -524,7 +586,8 @@ class AwsK3sCluster(pulumi.ComponentResource):
         self, name: str, spec: Ec2K3sClusterSpec, vpc_id: pulumi.Input[str]
     ) -> SecurityGroups:
         """Exactly the k3s ports, between the cluster's own nodes; the API also from the admin CIDRs,
-        through the load balancer. Nothing is open to the internet."""
+        through the load balancer. Nothing is open to the internet until a `Service type=LoadBalancer`
+        asks for it: the cloud controller manager then opens the `nodes` group to its load balancer."""
         child = pulumi.ResourceOptions(parent=self)
         roles = ("nodes", "servers", "api", *(("registration",) if spec.system_pool.nodes > 1 else ()))
         groups = {
@@ -532,7 +595,10 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 f"{name}-{role}-sg",
                 vpc_id=vpc_id,
                 description=f"k3s {role} of {spec.name}",
-                tags={"Name": f"{spec.name}-{role}"},
+                tags={
+                    "Name": f"{spec.name}-{role}",
+                    **({f"{CLUSTER_TAG_PREFIX}{spec.name}": "owned"} if role == "nodes" else {}),
+                },
                 opts=child,
             )
             for role in roles
