@@ -302,6 +302,14 @@ def serious_findings(document: str, trust_policy: bool) -> list[tuple[str, str, 
     return problems
 
 
+# Policies whose writes are on `*` by design, with the reason.
+RESOURCE_STAR_BY_DESIGN = {
+    # The k3s cloud controller's service controller, as cloud-provider-aws documents its policy: the load
+    # balancers and groups it writes do not exist before it makes them.
+    "ml-server-cloud-controller",
+}
+
+
 @pytest.mark.parametrize("stack", ["aws_eks", "aws_k3s"])
 def test_iam_documents_pass_parliament_without_medium_findings(request, stack):
     recording = request.getfixturevalue(stack)
@@ -311,7 +319,10 @@ def test_iam_documents_pass_parliament_without_medium_findings(request, stack):
     for name, document in trust:
         assert serious_findings(document, trust_policy=True) == [], (name, json.loads(document))
     for name, document in identity:
-        assert serious_findings(document, trust_policy=False) == [], (name, json.loads(document))
+        findings = serious_findings(document, trust_policy=False)
+        if name in RESOURCE_STAR_BY_DESIGN:
+            findings = [f for f in findings if f[1] != "RESOURCE_STAR"]
+        assert findings == [], (name, json.loads(document))
 
 
 def test_trust_policy_linting_still_catches_a_bad_action():
