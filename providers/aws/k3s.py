@@ -36,6 +36,7 @@ from gpu_k8s.components.helm import helm_release
 from gpu_k8s.components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore, agent_cloud_config
 from gpu_k8s.components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
 from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
+from gpu_k8s.components.k3s.server_count import server_count
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades
 from gpu_k8s.components.spec import GpuPoolSpec, pool_child_name
 from gpu_k8s.components.storage import default_storage_class
@@ -901,7 +902,9 @@ def build(spec: Ec2K3sClusterSpec) -> GpuCluster:
     pools = resolve_pools(spec, catalog, traits)
     unneeded_time = cluster_scale_down_unneeded_time(pools)
     raise_if_any(asg_tag_issues(pools, lambda pool: asg_tags(spec.name, pool, unneeded_time), 0))
-    provider = aws_provider(spec.name, region)
+    # Every resource of the stack goes through the provider, which waits for the server count's check: a
+    # preview or `up` that changes the count fails there, before anything else is touched.
+    provider = aws_provider(spec.name, region, after=[server_count(spec)])
     # What the account's zones offer is known only by asking AWS, so after the provider exists.
     zones = zone_plan(spec.network, spec.gpu_pools, pulumi.InvokeOptions(provider=provider))
     raise_if_any(zone_issues(spec.network, spec.gpu_pools, zones))

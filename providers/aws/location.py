@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -119,10 +120,11 @@ def cluster_tags(cluster_name: str) -> dict[str, str]:
     return {"gpu-k8s.io/cluster": cluster_name}
 
 
-def aws_provider(cluster_name: str, region: str) -> aws.Provider:
+def aws_provider(cluster_name: str, region: str, after: Sequence[pulumi.Resource] = ()) -> aws.Provider:
     """The stack's AWS provider; every resource it makes carries the cluster's tag."""
     return aws.Provider(
         f"{cluster_name}-aws",
         region=region,
         default_tags=aws.ProviderDefaultTagsArgs(tags=cluster_tags(cluster_name)),
+        opts=pulumi.ResourceOptions(depends_on=list(after)),
     )

@@ -33,6 +33,7 @@ from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore, agent_cloud_config
 from gpu_k8s.components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
 from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
+from gpu_k8s.components.k3s.server_count import server_count
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades
 from gpu_k8s.components.spec import pool_child_name
 from gpu_k8s.components.storage import default_storage_class, default_storage_class_manifest
@@ -771,8 +772,14 @@ def build(spec: GceK3sClusterSpec) -> GpuCluster:
     )
     pools = resolve_pools(spec, catalog, traits)
     raise_if_any(metadata_issues(spec, pools))
+    # Every resource of the stack goes through the provider, which waits for the server count's check: a
+    # preview or `up` that changes the count fails there, before anything else is touched.
     provider = gcp.Provider(
-        f"{spec.name}-gcp", project=project, region=region, default_labels={"gpu-k8s-cluster": spec.name}
+        f"{spec.name}-gcp",
+        project=project,
+        region=region,
+        default_labels={"gpu-k8s-cluster": spec.name},
+        opts=pulumi.ResourceOptions(depends_on=[server_count(spec)]),
     )
     k3s = GcpK3sCluster(
         spec.name,
