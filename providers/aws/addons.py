@@ -53,6 +53,34 @@ def addon(
     )
 
 
+def pod_identity_addon(
+    name: str,
+    addon_name: str,
+    role_name: str,
+    policies: Sequence[str],
+    service_accounts: Sequence[str],
+    cluster_name: pulumi.Input[str],
+    kubernetes_version: str,
+    parent: pulumi.Resource,
+    depends_on: Sequence[pulumi.Resource],
+) -> aws.eks.Addon:
+    """An add-on whose service accounts get AWS credentials through Pod Identity (a role of their own), not
+    the node role."""
+    role = role_with_policies(role_name, pod_identity_trust_policy(), policies, parent=parent)
+    return addon(
+        name,
+        addon_name,
+        cluster_name,
+        kubernetes_version,
+        parent,
+        [*depends_on, *role.grants],
+        pod_identity_associations=[
+            aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=account)
+            for account in service_accounts
+        ],
+    )
+
+
 def ebs_csi_driver(
     name: str,
     cluster_name: pulumi.Input[str],
@@ -60,18 +88,15 @@ def ebs_csi_driver(
     parent: pulumi.Resource,
     depends_on: Sequence[pulumi.Resource],
 ) -> aws.eks.Addon:
-    """The EBS CSI add-on; its controller gets AWS credentials through Pod Identity, not the node role."""
-    role = role_with_policies(f"{name}-ebs-csi", pod_identity_trust_policy(), EBS_CSI_POLICIES, parent=parent)
-    return addon(
+    """The EBS CSI add-on; its controller attaches volumes."""
+    return pod_identity_addon(
         name,
         EBS_CSI_ADDON,
+        f"{name}-ebs-csi",
+        EBS_CSI_POLICIES,
+        (EBS_CSI_SERVICE_ACCOUNT,),
         cluster_name,
         kubernetes_version,
         parent,
-        [*depends_on, *role.grants],
-        pod_identity_associations=[
-            aws.eks.AddonPodIdentityAssociationArgs(
-                role_arn=role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT
-            )
-        ],
+        depends_on,
     )

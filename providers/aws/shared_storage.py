@@ -15,7 +15,7 @@ import pulumi_kubernetes as k8s
 from gpu_k8s.components import storage
 from gpu_k8s.components.helm import helm_release
 from gpu_k8s.providers.aws import addons
-from gpu_k8s.providers.aws.iam import EFS_CSI_POLICIES, pod_identity_trust_policy, role_with_policies
+from gpu_k8s.providers.aws.iam import EFS_CSI_POLICIES
 from gpu_k8s.providers.aws.zones import Zone
 
 EFS_CSI_ADDON = "aws-efs-csi-driver"
@@ -76,19 +76,17 @@ def efs_csi_addon(
     parent: pulumi.Resource,
     depends_on: Sequence[pulumi.Resource],
 ) -> aws.eks.Addon:
-    """The EFS CSI add-on; its service accounts get AWS credentials through Pod Identity."""
-    role = role_with_policies(f"{name}-efs-csi", pod_identity_trust_policy(), EFS_CSI_POLICIES, parent=parent)
-    return addons.addon(
+    """The EFS CSI add-on; its controller makes access points, its node plugin mounts."""
+    return addons.pod_identity_addon(
         name,
         EFS_CSI_ADDON,
+        f"{name}-efs-csi",
+        EFS_CSI_POLICIES,
+        EFS_CSI_SERVICE_ACCOUNTS,
         cluster_name,
         kubernetes_version,
         parent,
-        [*depends_on, *role.grants],
-        pod_identity_associations=[
-            aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=account)
-            for account in EFS_CSI_SERVICE_ACCOUNTS
-        ],
+        depends_on,
     )
 
 
