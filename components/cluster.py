@@ -27,6 +27,7 @@ from gpu_k8s.components.sharing import (
     resolve_sharing,
 )
 from gpu_k8s.components.spec import GpuPoolSpec, PoolRules, TaintSpec, mig_pools
+from gpu_k8s.components.storage import SharedStorage
 
 # Every GPU node carries a taint on this key so only pods that ask for GPUs (and tolerate it) land there.
 GPU_TAINT_KEY = "nvidia.com/gpu"
@@ -248,3 +249,5 @@ class GpuCluster:
     system_ready: Sequence[pulumi.Resource]
     # How many non-GPU nodes the cluster runs (system pool or k3s servers).
     system_nodes: int
+    # The file system of `storage.shared`, when the stack asks for one.
+    shared_storage: SharedStorage | None = None

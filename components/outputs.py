@@ -32,9 +32,11 @@ def pool_summary(cluster: GpuCluster) -> list[dict[str, Any]]:
 
 def stack_outputs(cluster: GpuCluster) -> dict[str, Any]:
     driver = cluster.traits.driver
+    shared = {} if cluster.shared_storage is None else {"sharedStorage": cluster.shared_storage.summary()}
     return {
         "clusterName": cluster.name,
         "kubeconfig": cluster.kubeconfig,
         "gpuPools": pool_summary(cluster),
         "gpuDriver": {"owner": driver.owner, "version": driver.version_text},
+        **shared,
     }

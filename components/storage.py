@@ -4,6 +4,7 @@ file system."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -11,6 +12,24 @@ import pulumi_kubernetes as k8s
 
 # The same name on every platform, so a workload's claims move between clouds unchanged.
 SHARED_STORAGE_CLASS = "shared-rwx"
+
+
+@dataclass(frozen=True)
+class SharedStorage:
+    """What `storage.shared` made, for the stack outputs."""
+
+    # The `storage.shared` value.
+    service: str
+    # The one file system every claim lives on, where there is one (EFS: load datasets into it from
+    # outside); Filestore makes an instance per claim.
+    file_system_id: pulumi.Output[str] | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "storageClass": SHARED_STORAGE_CLASS,
+            "service": self.service,
+            **({} if self.file_system_id is None else {"fileSystemId": self.file_system_id}),
+        }
 
 
 def default_storage_class_manifest(

@@ -210,3 +210,17 @@ def test_efs_on_k3s_lets_in_nfs_from_the_nodes_group_and_gives_the_servers_the_d
     assert len(some(aws_k3s.by_type("aws:efs/mountTarget:MountTarget"), at_least=2)) == len(
         {s.inputs["availabilityZone"] for s in aws_k3s.by_type("aws:ec2/subnet:Subnet")}
     )
+
+
+def test_the_stack_outputs_name_the_class_the_service_and_the_efs_file_system(aws_eks, gcp_gke, aws_k3s):
+    for recording in (aws_eks, aws_k3s):
+        assert recording.outputs["sharedStorage"] == {
+            "storageClass": "shared-rwx",
+            "service": "efs",
+            "fileSystemId": recording.by_name("ml-efs-fs").id,
+        }
+    assert gcp_gke.outputs["sharedStorage"] == {"storageClass": "shared-rwx", "service": "filestore"}
+
+
+def test_no_shared_storage_output_without_storage(gcp_k3s):
+    assert "sharedStorage" not in gcp_k3s.outputs

@@ -18,7 +18,7 @@ from gpu_k8s.components.compat import DriverFacts, DriverVersion
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
 from gpu_k8s.components.spec import GpuPoolSpec, pool_child_name
-from gpu_k8s.components.storage import default_storage_class
+from gpu_k8s.components.storage import SharedStorage, default_storage_class
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
     ACCELERATOR_LABEL,
@@ -284,9 +284,10 @@ class EksCluster(pulumi.ComponentResource):
         default_storage_class(
             name, addons.default_storage_class_manifest(), k8s_provider, self, [ebs_csi, *system_ready]
         )
+        shared_storage = None
         if spec.storage.shared == EFS_STORAGE:
             efs_driver = efs_csi_addon(name, cluster.name, version, self, system_ready)
-            EfsSharedStorage(
+            efs = EfsSharedStorage(
                 f"{name}-efs",
                 EfsSharedStorageArgs(
                     vpc_id=network.vpc_id,
@@ -298,6 +299,7 @@ class EksCluster(pulumi.ComponentResource):
                 ),
                 opts=child,
             )
+            shared_storage = SharedStorage(EFS_STORAGE, efs.file_system_id)
         self.autoscaler_identity = AutoscalerIdentity(
             f"{name}-autoscaler-identity", cluster.name, spec.name, opts=child
         )
@@ -311,6 +313,7 @@ class EksCluster(pulumi.ComponentResource):
             traits=EKS_TRAITS,
             system_ready=system_ready,
             system_nodes=spec.system_pool.nodes,
+            shared_storage=shared_storage,
         )
         self.register_outputs(
             {"clusterName": cluster.name, "endpoint": cluster.endpoint, "kubeconfig": kubeconfig}

@@ -39,7 +39,7 @@ from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
 from gpu_k8s.components.k3s.server_count import server_count
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades
 from gpu_k8s.components.spec import GpuPoolSpec, pool_child_name
-from gpu_k8s.components.storage import default_storage_class
+from gpu_k8s.components.storage import SharedStorage, default_storage_class
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
     ACCELERATOR_LABEL,
@@ -530,6 +530,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         default_storage_class(
             name, addons.default_storage_class_manifest(), k8s_provider, self, [ebs_csi, *system_ready]
         )
+        shared_storage = None
         if shares_efs:
             efs_driver = efs_csi_chart(
                 name,
@@ -539,7 +540,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 self,
                 system_ready,
             )
-            EfsSharedStorage(
+            efs = EfsSharedStorage(
                 f"{name}-efs",
                 EfsSharedStorageArgs(
                     vpc_id=network.vpc_id,
@@ -551,6 +552,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 ),
                 opts=child,
             )
+            shared_storage = SharedStorage(EFS_STORAGE, efs.file_system_id)
         K3sUpgrades(
             f"{name}-upgrades",
             spec.k3s.version,
@@ -580,6 +582,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
             traits=args.traits,
             system_ready=system_ready,
             system_nodes=len(servers),
+            shared_storage=shared_storage,
         )
         self.register_outputs({"apiEndpoint": api_host, "kubeconfig": control_plane.kubeconfig})
 

@@ -29,7 +29,7 @@ from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
 from gpu_k8s.components.sharing import SharingSpec
 from gpu_k8s.components.spec import TAINT_EFFECT_API_NAMES, SystemPoolSpec, TaintSpec, pool_child_name
-from gpu_k8s.components.storage import shared_storage_class_manifest, storage_class
+from gpu_k8s.components.storage import SharedStorage, shared_storage_class_manifest, storage_class
 from gpu_k8s.providers.gcp.iam import KMS_ENCRYPTER, NodeServiceAccount, gke_service_agent
 from gpu_k8s.providers.gcp.location import project_and_region, zone_issues
 from gpu_k8s.providers.gcp.machines import CLOUD_PLATFORM_SCOPE, boot_disk_type, system_pool_issues
@@ -558,7 +558,9 @@ class GkeCluster(pulumi.ComponentResource):
         )
         # No default StorageClass of our own: GKE's `standard-rwo` (pd-balanced, WaitForFirstConsumer,
         # expandable) is already the default, and a second default only makes the newest one win silently.
+        shared_storage = None
         if spec.storage.shared == FILESTORE_STORAGE:
+            shared_storage = SharedStorage(FILESTORE_STORAGE)
             storage_class(
                 f"{name}-shared-storage-class",
                 filestore_storage_class_manifest(network.network_name),
@@ -575,6 +577,7 @@ class GkeCluster(pulumi.ComponentResource):
             traits=args.traits,
             system_ready=[system_nodes],
             system_nodes=spec.system_pool.nodes,
+            shared_storage=shared_storage,
         )
         self.register_outputs(
             {"clusterName": cluster.name, "endpoint": cluster.endpoint, "kubeconfig": kubeconfig}
