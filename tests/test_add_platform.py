@@ -136,3 +136,15 @@ def test_the_library_modules_import_each_other_without_a_cycle():
     graph = {module: {d for d in deps if d in graph and d != module} for module, deps in graph.items()}
     sorter = graphlib.TopologicalSorter(graph)
     sorter.prepare()  # raises CycleError naming the cycle
+
+
+def test_a_platform_refuses_what_it_does_not_build_with_the_base_rules(toy_registered):
+    """PoolRules' defaults: no interconnect; the spec's: no shared file system."""
+    pools = [{"name": "l4", "instanceType": "p5.48xlarge", "maxNodes": 1, "interconnect": "efa"}]
+    problems = refusal(toy_cluster(gpuPools=pools, storage={"shared": "efs"}))
+    assert problems == [
+        'gpu-k8s:cluster.storage.shared: "efs" - not a shared file system of aws/toy: no shared file system '
+        "is built for this platform. Fix: remove it",
+        'gpu-k8s:cluster.gpuPools[0].interconnect: "efa" - no interconnect is built for aws yet. '
+        "Fix: remove it",
+    ]

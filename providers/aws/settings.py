@@ -212,7 +212,9 @@ class Ec2K3sClusterSpec(K3sClusterSpec, AwsClusterSpec):
                 yield ConfigIssue(
                     config_path("gpuPools", index, "interconnect"),
                     pool.interconnect,
-                    "EFA on k3s agents is not built yet (it is on EKS: interfaces, placement, device plugin)",
+                    "EFA on k3s agents is not built yet: their Ubuntu image gets no EFA user-space stack "
+                    "(libfabric, AWS's EFA installer) here; on EKS it is built (interfaces, placement, "
+                    "device plugin)",
                     "remove it, or use kind: eks for multi-node training over EFA",
                 )
 

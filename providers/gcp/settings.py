@@ -83,6 +83,18 @@ class GcpPoolRules(PoolRules):
             return catalog.n1_with_gpus(pool.instance_type, pool.accelerator.type, pool.accelerator.count)
         return super().pool_machine(pool, catalog)
 
+    def interconnect_issues(
+        self, path: Callable[..., str], pool: GpuPoolSpec, catalog: Catalog
+    ) -> Iterable[ConfigIssue]:
+        yield ConfigIssue(
+            path("interconnect"),
+            pool.interconnect,
+            "no GPU interconnect is built for GCP yet: GPUDirect-TCPX/TCPXO/RDMA on A3/A4 machines need "
+            "multi-networking (extra VPCs, GKE Network objects and Google's NCCL plugin), which this "
+            "toolkit does not create",
+            "remove it (NCCL then uses the node's primary network)",
+        )
+
     def accelerator_issues(
         self, path: Callable[..., str], pool: GpuPoolSpec, catalog: Catalog
     ) -> Iterable[ConfigIssue]:
