@@ -1,6 +1,6 @@
 """The k3s server count is fixed for the life of a stack: a preview or `up` that changes it fails at the
-`ServerCount` resource, registered first of the cluster, through the same dynamic-provider host the Pulumi
-CLI runs."""
+`ServerCount` resource, which the stack's cloud provider depends on, in the same dynamic-provider host the
+Pulumi CLI runs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """`storage.shared`: a file system pods on many nodes mount at once, as the StorageClass `shared-rwx` on
-every platform that builds one (EFS on aws-eks, Filestore on gcp-gke), refused with the reason elsewhere."""
+every platform that builds one (EFS on aws-eks and aws-k3s, Filestore on gcp-gke), refused with the reason
+elsewhere."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def test_efs_has_a_mount_target_in_every_zone_of_the_cluster(aws_eks):
         assert target.inputs["fileSystemId"] == file_system.id
         assert target.inputs["securityGroups"] == [group.id]
         # Created after the rule that lets nodes in, and deleted before the file system.
-        assert rule.urn in target.dependencies
+        assert {rule.urn, file_system.urn} <= set(target.dependencies)
         assert target.parent == file_system.urn
 
 
@@ -79,9 +80,7 @@ def test_efs_takes_one_mount_target_per_zone_even_with_two_subnets_in_it():
 
 
 def test_efs_csi_add_on_gets_the_managed_policy_through_pod_identity(aws_eks):
-    addon = next(
-        a for a in aws_eks.by_type("aws:eks/addon:Addon") if a.inputs["addonName"] == "aws-efs-csi-driver"
-    )
+    addon = efs_addon(aws_eks)
     role = aws_eks.by_name("ml-efs-csi-role")
     attachment = aws_eks.by_name("ml-efs-csi-AmazonEFSCSIDriverPolicy")
     assert attachment.inputs["policyArn"] == "arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy"
@@ -107,9 +106,7 @@ def test_efs_storage_class_makes_access_points_once_the_driver_and_mount_targets
     # EFS is regional: nothing to wait for; it is not the default class (gp3 is).
     assert shared.inputs["volumeBindingMode"] == "Immediate"
     assert "annotations" not in shared.inputs["metadata"]
-    addon = next(
-        a for a in aws_eks.by_type("aws:eks/addon:Addon") if a.inputs["addonName"] == "aws-efs-csi-driver"
-    )
+    addon = efs_addon(aws_eks)
     targets = aws_eks.by_type("aws:efs/mountTarget:MountTarget")
     assert {addon.urn, *(t.urn for t in targets)} <= set(shared.dependencies)
 
@@ -151,9 +148,7 @@ def test_without_storage_nothing_of_it_is_planned(aws_eks_config, gcp_gke_config
         config = copy.deepcopy(stack_config)
         delete_key("storage")(config["gpu-k8s:cluster"])
         recording = run_program("no-storage", config)
-        assert not [
-            r for r in recording.by_type(STORAGE_CLASS) if r.inputs["metadata"]["name"] == "shared-rwx"
-        ]
+        assert shared_classes(recording) == []
         text = str([(r.type, r.inputs) for r in recording.registrations])
         for marker in file_system_types:
             assert marker not in text
