@@ -142,7 +142,7 @@ def test_efa_is_refused_on_gcp_and_on_k3s_agents(gcp_gke_config, aws_k3s_config)
         gcp_gke_config,
         set_path("gpuPools.0.interconnect", "efa"),
         "gpu-k8s:cluster.gpuPools[0].interconnect",
-        ("no GPU interconnect is built for GCP yet", "multi-networking"),
+        ("no interconnect is built for gcp yet: GPUDirect", "multi-networking"),
     )
     assert_refused_before_any_resource(
         aws_k3s_config,

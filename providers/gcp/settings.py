@@ -77,23 +77,17 @@ class GkeSpec(StrictModel):
 class GcpPoolRules(PoolRules):
     """Compute Engine pools: GPUs built into the machine type or attached to N1 VMs, zones per pool."""
 
+    no_interconnect = (
+        "GPUDirect-TCPX/TCPXO/RDMA on A3/A4 machines need multi-networking (extra VPCs, GKE Network objects "
+        "and Google's NCCL plugin), which this toolkit does not create; without it NCCL uses the node's "
+        "primary network"
+    )
+
     def pool_machine(self, pool: GpuPoolSpec, catalog: Catalog) -> MachineType | None:
         """A catalog machine type, or an N1 VM with its attached GPUs."""
         if pool.accelerator is not None and N1_MACHINE.match(pool.instance_type):
             return catalog.n1_with_gpus(pool.instance_type, pool.accelerator.type, pool.accelerator.count)
         return super().pool_machine(pool, catalog)
-
-    def interconnect_issues(
-        self, path: Callable[..., str], pool: GpuPoolSpec, catalog: Catalog
-    ) -> Iterable[ConfigIssue]:
-        yield ConfigIssue(
-            path("interconnect"),
-            pool.interconnect,
-            "no GPU interconnect is built for GCP yet: GPUDirect-TCPX/TCPXO/RDMA on A3/A4 machines need "
-            "multi-networking (extra VPCs, GKE Network objects and Google's NCCL plugin), which this "
-            "toolkit does not create",
-            "remove it (NCCL then uses the node's primary network)",
-        )
 
     def accelerator_issues(
         self, path: Callable[..., str], pool: GpuPoolSpec, catalog: Catalog
