@@ -18,7 +18,7 @@ from gpu_k8s.components.compat import DriverFacts, DriverVersion
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
 from gpu_k8s.components.spec import GpuPoolSpec, pool_child_name
-from gpu_k8s.components.storage import SharedStorage, default_storage_class
+from gpu_k8s.components.storage import default_storage_class
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
     ACCELERATOR_LABEL,
@@ -287,19 +287,17 @@ class EksCluster(pulumi.ComponentResource):
         shared_storage = None
         if spec.storage.shared == EFS_STORAGE:
             efs_driver = efs_csi_addon(name, cluster.name, version, self, system_ready)
-            efs = EfsSharedStorage(
+            shared_storage = EfsSharedStorage(
                 f"{name}-efs",
                 EfsSharedStorageArgs(
-                    vpc_id=network.vpc_id,
-                    zones=args.zones.zones,
-                    private_subnet_ids=network.private_subnet_ids,
-                    node_security_group_id=cluster.vpc_config.cluster_security_group_id,
-                    k8s_provider=k8s_provider,
-                    driver_ready=[efs_driver, *system_ready],
+                    network,
+                    args.zones.zones,
+                    cluster.vpc_config.cluster_security_group_id,
+                    k8s_provider,
+                    [efs_driver, *system_ready],
                 ),
                 opts=child,
-            )
-            shared_storage = SharedStorage(EFS_STORAGE, efs.file_system_id)
+            ).summary
         self.autoscaler_identity = AutoscalerIdentity(
             f"{name}-autoscaler-identity", cluster.name, spec.name, opts=child
         )

@@ -39,7 +39,7 @@ from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
 from gpu_k8s.components.k3s.server_count import server_count
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades
 from gpu_k8s.components.spec import GpuPoolSpec, pool_child_name
-from gpu_k8s.components.storage import SharedStorage, default_storage_class
+from gpu_k8s.components.storage import default_storage_class
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
     ACCELERATOR_LABEL,
@@ -540,19 +540,13 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 self,
                 system_ready,
             )
-            efs = EfsSharedStorage(
+            shared_storage = EfsSharedStorage(
                 f"{name}-efs",
                 EfsSharedStorageArgs(
-                    vpc_id=network.vpc_id,
-                    zones=args.zones.zones,
-                    private_subnet_ids=network.private_subnet_ids,
-                    node_security_group_id=groups.nodes.id,
-                    k8s_provider=k8s_provider,
-                    driver_ready=[efs_driver, *system_ready],
+                    network, args.zones.zones, groups.nodes.id, k8s_provider, [efs_driver, *system_ready]
                 ),
                 opts=child,
-            )
-            shared_storage = SharedStorage(EFS_STORAGE, efs.file_system_id)
+            ).summary
         K3sUpgrades(
             f"{name}-upgrades",
             spec.k3s.version,

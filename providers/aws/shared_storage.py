@@ -14,8 +14,11 @@ import pulumi_kubernetes as k8s
 
 from gpu_k8s.components import storage
 from gpu_k8s.components.helm import helm_release
+from gpu_k8s.components.storage import SharedStorage
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.iam import EFS_CSI_POLICIES
+from gpu_k8s.providers.aws.network import Network
+from gpu_k8s.providers.aws.settings import EFS_STORAGE
 from gpu_k8s.providers.aws.zones import Zone
 
 EFS_CSI_ADDON = "aws-efs-csi-driver"
@@ -113,10 +116,9 @@ def efs_csi_chart(
 
 @dataclass(frozen=True)
 class EfsSharedStorageArgs:
-    vpc_id: pulumi.Input[str]
-    # The cluster's zones, in private-subnet order, and those subnets.
+    # The cluster's network, and its zones in private-subnet order.
+    network: Network
     zones: Sequence[Zone]
-    private_subnet_ids: Sequence[pulumi.Input[str]]
     # The group every node of the cluster carries: the only source NFS is open to.
     node_security_group_id: pulumi.Input[str]
     k8s_provider: k8s.Provider
@@ -128,7 +130,8 @@ class EfsSharedStorage(pulumi.ComponentResource):
     """One EFS file system for the cluster, with a mount target in every zone of the cluster (system nodes
     included), and the StorageClass `shared-rwx` on it."""
 
-    file_system_id: pulumi.Output[str]
+    # What the stack outputs say of it.
+    summary: SharedStorage
 
     def __init__(self, name: str, args: EfsSharedStorageArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-k8s:aws:EfsSharedStorage", name, None, opts)
@@ -145,7 +148,7 @@ class EfsSharedStorage(pulumi.ComponentResource):
         )
         mount_group = aws.ec2.SecurityGroup(
             f"{name}-mount-targets",
-            vpc_id=args.vpc_id,
+            vpc_id=args.network.vpc_id,
             description=f"EFS mount targets of {name}: NFS from the cluster's nodes only",
             tags={"Name": f"{name}-mount-targets"},
             opts=child,
@@ -164,7 +167,7 @@ class EfsSharedStorage(pulumi.ComponentResource):
             aws.efs.MountTarget(
                 f"{name}-mount-{zone}",
                 file_system_id=file_system.id,
-                subnet_id=args.private_subnet_ids[index],
+                subnet_id=args.network.private_subnet_ids[index],
                 security_groups=[mount_group.id],
                 opts=pulumi.ResourceOptions(parent=file_system, depends_on=[nfs_from_nodes]),
             )
@@ -177,5 +180,5 @@ class EfsSharedStorage(pulumi.ComponentResource):
             self,
             [*args.driver_ready, *mount_targets],
         )
-        self.file_system_id = file_system.id
+        self.summary = SharedStorage(EFS_STORAGE, file_system.id)
         self.register_outputs({"fileSystemId": file_system.id})
