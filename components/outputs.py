@@ -25,6 +25,7 @@ def pool_summary(cluster: GpuCluster) -> list[dict[str, Any]]:
             "minNodes": pool.spec.min_nodes,
             "maxNodes": pool.spec.max_nodes,
             "spot": pool.spec.spot,
+            **({"interconnect": pool.spec.interconnect} if pool.spec.interconnect is not None else {}),
         }
         for pool in cluster.pools
     ]

@@ -193,9 +193,6 @@ class PoolRules:
     defaults suit a cloud whose instance types carry their GPUs and whose pools have one machine type in
     the network's zones; a cloud's subclass overrides what differs."""
 
-    # Why a cloud that builds no interconnect has none, for the refusal (empty: no reason beyond that).
-    no_interconnect = ""
-
     def __init__(self, cloud: Cloud):
         self.cloud = cloud
 
@@ -247,8 +244,7 @@ class PoolRules:
         yield ConfigIssue(
             path("interconnect"),
             pool.interconnect,
-            f"no interconnect is built for {self.cloud} yet"
-            + (f": {self.no_interconnect}" if self.no_interconnect else ""),
+            f"no interconnect is built for {self.cloud} yet",
             "remove it",
         )
 

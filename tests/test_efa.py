@@ -142,7 +142,7 @@ def test_efa_is_refused_on_gcp_and_on_k3s_agents(gcp_gke_config, aws_k3s_config)
         gcp_gke_config,
         set_path("gpuPools.0.interconnect", "efa"),
         "gpu-k8s:cluster.gpuPools[0].interconnect",
-        ("no interconnect is built for gcp yet: GPUDirect", "multi-networking"),
+        ("not an interconnect of gcp (GPUDirect", "multi-networking", "use compact"),
     )
     assert_refused_before_any_resource(
         aws_k3s_config,

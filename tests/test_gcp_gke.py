@@ -23,12 +23,15 @@ GPU_POOLS = {
     "l4": ("g2-standard-8", "nvidia-l4", 1, True, 4, ZONES),
     "a100": ("a2-highgpu-1g", "nvidia-tesla-a100", 1, False, 2, ["us-central1-a", "us-central1-c"]),
     "t4": ("n1-standard-8", "nvidia-tesla-t4", 2, False, 2, ZONES),
+    # A compact pool keeps to one zone, the network's first when it names none.
+    "h100-train": ("a3-highgpu-8g", "nvidia-h100-80gb", 8, False, 2, ["us-central1-a"]),
 }
 # GKE's own sharing per pool (the example: L4 time-sliced 4 ways, A100 in 1g.5gb partitions, T4 whole).
 GKE_SHARING = {
     "l4": {"gpuSharingConfig": {"gpuSharingStrategy": "TIME_SHARING", "maxSharedClientsPerGpu": 4}},
     "a100": {"gpuPartitionSize": "1g.5gb"},
     "t4": {},
+    "h100-train": {},
 }
 
 
@@ -99,7 +102,7 @@ def test_every_node_pool_is_hardened_and_runs_as_the_dedicated_service_account(g
     account = gcp_gke.by_name("ml-nodes-account")
     email = f"{account.inputs['accountId']}@gpu-k8s-demo.iam.gserviceaccount.com"
     pools = gcp_gke.by_type(NODE_POOL)
-    assert len(pools) == 4
+    assert len(pools) == 1 + len(GPU_POOLS)
     for pool in pools:
         config = pool.inputs["nodeConfig"]
         assert config["serviceAccount"] == email
@@ -220,9 +223,9 @@ def test_gpu_operator_leaves_gpus_and_mig_to_gke_and_adds_the_rest(gcp_gke):
     }
     assert values["hostPaths"] == {"driverInstallDir": "/home/kubernetes/bin/nvidia"}
     quota = gcp_gke.by_name("ml-gpu-operator-priority-quota")
-    # Every pool at its maximum: 4 + 2 + 2 GPU nodes and 2 system nodes, at most 17 operator pods each
+    # Every pool at its maximum: 4 + 2 + 2 + 2 GPU nodes and 2 system nodes, at most 17 operator pods each
     # (one per operand DaemonSet, the validator, NFD's worker), plus 8 not tied to a node.
-    assert quota.inputs["spec"]["hard"] == {"pods": str(17 * (4 + 2 + 2 + 2) + 8)}
+    assert quota.inputs["spec"]["hard"] == {"pods": str(17 * (4 + 2 + 2 + 2 + 2) + 8)}
     assert quota.inputs["metadata"]["namespace"] == "gpu-operator"
     assert quota.inputs["spec"]["scopeSelector"]["matchExpressions"][0]["values"] == [
         "system-node-critical",
@@ -286,6 +289,7 @@ def test_slots_in_the_pool_table_are_what_gkes_device_plugin_advertises(gcp_gke)
         "l4": (4 * 1, ["nvidia.com/gpu"]),
         "a100": (7 * 1, ["nvidia.com/gpu"]),
         "t4": (2, ["nvidia.com/gpu"]),
+        "h100-train": (8, ["nvidia.com/gpu"]),
     }
 
 
@@ -315,7 +319,7 @@ def test_system_nodes_in_one_zone_are_warned_about(gcp_gke_config):
 
 def test_driver_requirements_are_warned_once_per_requirement(gcp_gke):
     cuda = [w for w in gcp_gke.warnings if w.startswith("gpu-k8s:cluster.cuda")]
-    assert len(cuda) == 1 and 'pools "l4", "a100", "t4"' in cuda[0]
+    assert len(cuda) == 1 and 'pools "l4", "a100", "t4", "h100-train"' in cuda[0]
     assert any("MIG on NVIDIA A100" in w for w in gcp_gke.warnings)
 
 

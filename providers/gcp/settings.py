@@ -74,20 +74,55 @@ class GkeSpec(StrictModel):
     maintenance_exclusions: tuple[MaintenanceExclusionSpec, ...] = ()
 
 
+COMPACT = "compact"
+# The GPUs GKE places compactly ("Define compact placement for GKE nodes", limitations: "Available only with
+# A100, L4, and H100 GPUs"); catalog model ids.
+COMPACT_PLACEMENT_GPUS = ("nvidia-a100-40gb", "nvidia-a100-80gb", "nvidia-h100-80gb", "nvidia-l4")
+GPUDIRECT_NOT_BUILT = (
+    "GPUDirect-TCPX/TCPXO/RDMA on A3/A4 machines need multi-networking (extra VPCs, GKE Network objects "
+    "and Google's NCCL plugin), which this toolkit does not create"
+)
+
+
 class GcpPoolRules(PoolRules):
     """Compute Engine pools: GPUs built into the machine type or attached to N1 VMs, zones per pool."""
-
-    no_interconnect = (
-        "GPUDirect-TCPX/TCPXO/RDMA on A3/A4 machines need multi-networking (extra VPCs, GKE Network objects "
-        "and Google's NCCL plugin), which this toolkit does not create; without it NCCL uses the node's "
-        "primary network"
-    )
 
     def pool_machine(self, pool: GpuPoolSpec, catalog: Catalog) -> MachineType | None:
         """A catalog machine type, or an N1 VM with its attached GPUs."""
         if pool.accelerator is not None and N1_MACHINE.match(pool.instance_type):
             return catalog.n1_with_gpus(pool.instance_type, pool.accelerator.type, pool.accelerator.count)
         return super().pool_machine(pool, catalog)
+
+    def interconnect_issues(
+        self, path: Callable[..., str], pool: GpuPoolSpec, catalog: Catalog
+    ) -> Iterable[ConfigIssue]:
+        """Compact placement (with gVNIC) for the GPUs GKE places compactly, in one zone."""
+        if pool.interconnect != COMPACT:
+            yield ConfigIssue(
+                path("interconnect"),
+                pool.interconnect,
+                f"not an interconnect of gcp ({GPUDIRECT_NOT_BUILT})",
+                f"use {COMPACT}: the pool's nodes close together in one zone, with gVNIC; NCCL then uses "
+                "the nodes' primary network",
+            )
+            return
+        machine = self.pool_machine(pool, catalog)
+        model = machine.gpu_model.id if machine is not None and machine.gpu_model is not None else None
+        if machine is not None and model not in COMPACT_PLACEMENT_GPUS:
+            yield ConfigIssue(
+                path("interconnect"),
+                pool.interconnect,
+                f"{pool.instance_type} ({model or 'no GPU'}) is not placed compactly: GKE's compact "
+                "placement takes A100, L4 and H100 GPUs only",
+                "remove it, or use an a2-, a3-high/mega/edge or g2- machine type",
+            )
+        if len(pool.zones) > 1:
+            yield ConfigIssue(
+                path("zones"),
+                list(pool.zones),
+                "a compact pool lives in one zone (its nodes are placed close together)",
+                f"keep one zone, e.g. zones: [{pool.zones[0]}]",
+            )
 
     def accelerator_issues(
         self, path: Callable[..., str], pool: GpuPoolSpec, catalog: Catalog
@@ -192,6 +227,21 @@ class GceK3sClusterSpec(K3sClusterSpec, GcpClusterSpec):
     def network_issues(self) -> Iterable[ConfigIssue]:
         yield from super().network_issues()
         yield from overlay_issues(self.network.cidr)
+
+    def platform_issues(self) -> Iterable[ConfigIssue]:
+        yield from super().platform_issues()
+        for index, pool in enumerate(self.gpu_pools):
+            if pool.interconnect is not None:
+                # The pulumi-gcp ResourcePolicy docs say a COLLOCATED policy needs vmCount and that exactly
+                # that many VMs be created at once, which an instance group growing from zero never does;
+                # Google's AI Hypercomputer docs place A3-class VMs in a group by workload policies instead.
+                yield ConfigIssue(
+                    config_path("gpuPools", index, "interconnect"),
+                    pool.interconnect,
+                    "compact placement on k3s agents is not built: a Compute Engine compact placement policy "
+                    "expects its VMs created together, not one by one as the autoscaler adds them",
+                    "remove it, or use kind: gke, where GKE places the pool's nodes compactly",
+                )
 
 
 def zone_issues(where: tuple[str | int, ...], zones: Iterable[str]) -> Iterable[ConfigIssue]:
