@@ -776,7 +776,9 @@ def gke_variant_with_every_option(gcp_gke_config: dict[str, Any]) -> Any:
 def test_gke_resources_use_only_fields_and_enum_values_of_the_gke_api(gcp_gke, gcp_gke_config, gke_schemas):
     variant = gke_variant_with_every_option(gcp_gke_config)
     checked = [r for rec in (gcp_gke, variant) for r in rec.registrations if r.type in GKE_RESOURCES]
-    assert len(checked) == 10  # per plan: the cluster, the system pool and three GPU pools
+    assert len(checked) == 12  # per plan: the cluster, the system pool and four GPU pools
+    # The compact pool's placement policy and gVNIC are among the fields checked against the API.
+    assert any("placementPolicy" in r.inputs and "gvnic" in r.inputs["nodeConfig"] for r in checked)
     for registration in checked:
         problems = gke_api_problems(gke_schemas, GKE_RESOURCES[registration.type], registration.inputs)
         assert problems == [], registration.name
@@ -827,6 +829,6 @@ def test_gke_shares_gpus_with_its_own_api_fields(gcp_gke, gke_schemas):
         for pool in gcp_gke.by_type("gcp:container/nodePool:NodePool")
         for accelerator in pool.inputs["nodeConfig"].get("guestAccelerators", [])
     ]
-    assert len(accelerators) == 3
+    assert len(accelerators) == 4
     assert sum("gpuSharingConfig" in a for a in accelerators) == 1
     assert sum("gpuPartitionSize" in a for a in accelerators) == 1
