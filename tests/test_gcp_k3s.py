@@ -879,6 +879,7 @@ def test_every_node_defers_to_the_gce_cloud_controller_which_reads_the_cloud_con
             "project-id = gpu-k8s-demo\n"
             f"network-name = {network}\n"
             f"subnetwork-name = {subnetwork}\n"
+            "node-tags = ml\n"
             "multizone = true\n"
         )
     for pool in ("l4", "a100"):
@@ -905,8 +906,9 @@ def test_the_gce_cloud_controller_runs_the_node_controllers_on_the_servers_again
     assert {
         "--cloud-provider=gce",
         "--cloud-config=/etc/kubernetes/cloud.config",
-        "--controllers=cloud-node-controller,cloud-node-lifecycle-controller",
-        # The node controllers act as "node-controller", whose bootstrap role may delete Nodes.
+        "--controllers=cloud-node-controller,cloud-node-lifecycle-controller,service-lb-controller",
+        # The node controllers act as "node-controller", whose bootstrap role may delete Nodes; the service
+        # controller as "service-controller", whose bootstrap role may update a Service's status.
         "--use-service-account-credentials",
     } <= set(container["args"])
     # k3s serves the API on 6443; upstream points the CCM at 127.0.0.1 and keeps the Service's port.
@@ -927,7 +929,53 @@ def test_the_gce_cloud_controller_runs_the_node_controllers_on_the_servers_again
     ]
 
 
-def test_the_gce_cloud_controller_goes_first_and_may_only_read(gcp_k3s):
+def test_service_load_balancers_open_the_nodes_by_their_tag(gcp_k3s):
+    """The service controller's firewall rules target `node-tags`: every server and every agent template
+    carries that tag, and it begins every instance's name (the controller's fallback for servers whose cloud
+    config predates `node-tags`)."""
+    servers = [gcp_k3s.by_name(f"ml-server-{index}") for index in range(3)]
+    templates = gcp_k3s.by_type("gcp:compute/instanceTemplate:InstanceTemplate")
+    groups = gcp_k3s.by_type("gcp:compute/instanceGroupManager:InstanceGroupManager")
+    assert len(templates) == len(groups) == 2
+    for node in (*servers, *templates):
+        assert node.inputs["tags"] == ["ml"], node.name
+    assert "node-tags = ml\n" in server_files(gcp_k3s, 0)["/etc/kubernetes/cloud.config"]
+    # Servers are auto-named after their resource name; agents after the group's base name.
+    names = [s.name for s in servers] + [g.inputs["baseInstanceName"] for g in groups]
+    assert all(name.startswith("ml-") for name in names)
+
+
+def test_the_service_controller_may_make_load_balancers_and_keep_the_cluster_id(gcp_k3s):
+    project_roles = {
+        r.inputs["role"]
+        for r in gcp_k3s.by_type("gcp:projects/iAMMember:IAMMember")
+        if r.inputs["member"] == SERVERS_SA
+    }
+    assert set(cloud_controller.LOAD_BALANCER_ROLES) <= project_roles
+    agent_roles = {
+        r.inputs["role"]
+        for r in gcp_k3s.by_type("gcp:projects/iAMMember:IAMMember")
+        if r.inputs["member"] != SERVERS_SA
+    }
+    assert not agent_roles & set(cloud_controller.LOAD_BALANCER_ROLES)
+    objects = {
+        (r.inputs["kind"], r.inputs["metadata"]["name"]): r.inputs
+        for r in gcp_k3s.registrations
+        if r.name.startswith("ml-cloud-controller-") and r.custom and "kind" in r.inputs
+    }
+    name = "gpu-k8s:gce-cloud-provider-cluster-id"
+    role, binding = objects[("Role", name)], objects[("RoleBinding", name)]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "kube-system"
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "list", "watch"]}
+    ]
+    assert binding["roleRef"]["name"] == name
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "cloud-provider", "namespace": "kube-system"}
+    ]
+
+
+def test_the_gce_cloud_controller_goes_first_and_reads_through_a_read_only_role(gcp_k3s):
     ccm = [r for r in gcp_k3s.registrations if r.name.startswith("ml-cloud-controller-") and r.custom]
     daemonset = next(r for r in ccm if r.type == "kubernetes:apps/v1:DaemonSet")
 

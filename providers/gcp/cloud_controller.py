@@ -4,8 +4,9 @@ deployment (`deploy/packages/default`, the manifest its kOps quickstart applies;
 The repository publishes no chart and leaves two things to "tooling": the image and the arguments.
 `cloud_controller_manifests` supplies them, and adapts the DaemonSet to k3s: its API server answers on 6443
 (the manifest points the CCM at 127.0.0.1 but keeps the Service's port), and it must tolerate the servers'
-taint. Only the node controllers run: they name, label and address nodes from Compute Engine and delete the
-Node of a deleted VM, so a spot VM the group recreates under the same name can join again.
+taint. The node controllers name, label and address nodes from Compute Engine and delete the Node of a
+deleted VM, so a spot VM the group recreates under the same name can join again; the service controller
+gives each `Service type=LoadBalancer` a Compute Engine load balancer.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ IMAGE_TAGS = {"1.33": "v33.4.0", "1.34": "v34.2.0", "1.35": "v35.1.3", "1.36": "
 # The cloud config the DaemonSet mounts from each server (its hostPath).
 CLOUD_CONFIG_PATH = "/etc/kubernetes/cloud.config"
 API_PORT = 6443
-CONTROLLERS = ("cloud-node-controller", "cloud-node-lifecycle-controller")
+CONTROLLERS = ("cloud-node-controller", "cloud-node-lifecycle-controller", "service-lb-controller")
 # What the node controllers read from Compute Engine: the instance behind a provider ID, the zones of the
 # region (multizone), the network named in the cloud config at start. Assembled from those calls;
 # UNCONFIRMED against a running CCM.
@@ -52,16 +53,32 @@ PERMISSIONS = (
     "compute.networks.get",
     "compute.subnetworks.get",
 )
+# What the service controller makes for a Service (providers/gce/gce_loadbalancer_external.go and
+# _internal.go at v36.3.8): forwarding rules, addresses, target pools or instance groups, health checks,
+# and firewall rules that open the Service's ports to the nodes. The repository documents no permission
+# set, so these are Google's predefined roles for load balancers ("create, modify, and delete load
+# balancers and associate resources") and for firewall rules (the role Google's own docs name for creating
+# them), granted on the project: broader than the controller needs, as the AWS controller's documented
+# policy is (ELB and security-group actions on all resources).
+LOAD_BALANCER_ROLES = ("roles/compute.loadBalancerAdmin", "roles/compute.securityAdmin")
+# The controller names its health checks and firewall rules after a cluster ID it keeps in the ConfigMap
+# kube-system/ingress-uid, created at first use through the client "cloud-provider" (gce_clusterid.go,
+# gce.go Initialize): with --use-service-account-credentials that is the ServiceAccount
+# kube-system/cloud-provider. Upstream's manifest grants it nothing, and the Kubernetes bootstrap role
+# for it in kube-system is marked deprecated, so this Role grants exactly what the code calls.
+CLUSTER_ID_ACCOUNT = "cloud-provider"
 
 
-def cloud_config(project: str, network: str, subnetwork: str) -> str:
-    """gcfg `[global]` (cloud-provider-gcp providers/gce/gce.go): the project and network, and every zone of
-    the region, where the nodes are."""
+def cloud_config(project: str, network: str, subnetwork: str, node_tag: str) -> str:
+    """gcfg `[global]` (cloud-provider-gcp providers/gce/gce.go): the project and network, every zone of the
+    region, where the nodes are, and the network tag every node carries, which the firewall rules the
+    service controller makes target."""
     return (
         "[global]\n"
         f"project-id = {project}\n"
         f"network-name = {network}\n"
         f"subnetwork-name = {subnetwork}\n"
+        f"node-tags = {node_tag}\n"
         "multizone = true\n"
     )
 
@@ -90,7 +107,31 @@ def cloud_controller_manifests(
     pod["tolerations"].extend(dict(t) for t in tolerations)
     # `nodeSelector: null` reads as absent; the API server would drop it.
     pod.pop("nodeSelector", None)
-    return objects
+    return [*objects, *cluster_id_access()]
+
+
+def cluster_id_access() -> list[dict[str, Any]]:
+    """A Role and RoleBinding in kube-system: the cluster-ID client may read, watch and create ConfigMaps
+    there (the ID's ConfigMap cannot be named in the rule: `create` takes no resourceNames)."""
+    name = "gpu-k8s:gce-cloud-provider-cluster-id"
+    metadata = {"name": name, "namespace": "kube-system"}
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": metadata,
+            "rules": [
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "list", "watch"]}
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": metadata,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": CLUSTER_ID_ACCOUNT, "namespace": "kube-system"}],
+        },
+    ]
 
 
 class GceCloudController(pulumi.ComponentResource):

@@ -49,6 +49,7 @@ from gpu_k8s.providers.gcp.autoscaling import (
 from gpu_k8s.providers.gcp.backups import SnapshotBucket
 from gpu_k8s.providers.gcp.cloud_controller import (
     CLOUD_CONFIG_PATH,
+    LOAD_BALANCER_ROLES,
     GceCloudController,
     cloud_config,
     cloud_controller_manifests,
@@ -178,6 +179,16 @@ def instance_base_name(spec: GceK3sClusterSpec, pool_name: str) -> str:
     return f"{spec.name}-{pool_name}"
 
 
+def node_tag(spec: GceK3sClusterSpec) -> str:
+    """The network tag of every node: the firewall rules the cloud controller makes for a Service target
+    it, named in the servers' cloud config (`node-tags`). Servers created before it was there read no
+    `node-tags` (their user data is never changed), and then the controller takes, per instance, the
+    longest tag that begins the instance's name (gce_instances.go computeHostTags at v36.3.8): the
+    cluster's name begins the name of every server and agent this stack makes, and it is a valid tag (a
+    DNS label starting with a letter)."""
+    return spec.name
+
+
 def pool_zone(spec: GceK3sClusterSpec, pool: GpuPool) -> str:
     """The pool's own zone, or the network's first: GPU models differ by zone, so name it when it matters."""
     return (pool.spec.zones or spec.network.zones)[0]
@@ -246,7 +257,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
                 after=iam_api,
                 purpose="k3s-servers",
                 display_name=f"k3s servers of {spec.name}",
-                roles=PD_CSI_ROLES,
+                roles=(*PD_CSI_ROLES, *LOAD_BALANCER_ROLES),
                 opts=child,
             ),
             agents=NodeServiceAccount(
@@ -470,7 +481,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
         ccm_config = pulumi.Output.all(network.network, network.subnetwork).apply(
             lambda names: {
                 CLOUD_CONFIG_PATH: cloud_config(
-                    args.project, names[0].rsplit("/", 1)[-1], names[1].rsplit("/", 1)[-1]
+                    args.project, names[0].rsplit("/", 1)[-1], names[1].rsplit("/", 1)[-1], node_tag(spec)
                 )
             }
         )
@@ -513,6 +524,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
                         enable_secure_boot=True, enable_vtpm=True, enable_integrity_monitoring=True
                     ),
                     metadata={"user-data": user_data, **NODE_ACCESS_METADATA},
+                    tags=[node_tag(spec)],
                     allow_stopping_for_update=True,
                     # A newer Ubuntu image must not replace a running server; new ones take the current image.
                     # User data runs at first boot only: a changed one would do nothing on a running server
@@ -656,6 +668,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
                 "user-data": user_data,
                 **agent_metadata(pool, cluster_unneeded_time),
             },
+            tags=[node_tag(spec)],
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(boot_after)),
         )
         zone = pool_zone(spec, pool)
