@@ -9,14 +9,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pulumi
+import yaml
 
 from gpu_k8s.components.batch import BatchQueues
 from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool
 from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
 from gpu_k8s.components.helm import helm_release
+from gpu_k8s.components.manifests import kubernetes_object
 from gpu_k8s.components.spec import ClusterSpec, TaintSpec, duration_seconds
 
 AUTOSCALER_HELM_REPO = "https://kubernetes.github.io/autoscaler"
@@ -27,6 +30,18 @@ SYSTEM_POOL_NAME = "system"
 # The autoscaler's minor must match the cluster's (its README); newest patch per minor from
 # kubernetes/autoscaler release tags as of 2026-08 (REFERENCE.md 5.1).
 AUTOSCALER_IMAGE_TAGS = {"1.33": "v1.33.5", "1.34": "v1.34.4", "1.35": "v1.35.2", "1.36": "v1.36.1"}
+
+# The ProvisioningRequest CRD the autoscaler serves with --enable-provisioning-requests; the chart brings its
+# RBAC but not the CRD (cluster-autoscaler FAQ). Pinned from the newest tag in AUTOSCALER_IMAGE_TAGS: the
+# 1.33 to 1.36 tags differ only in descriptions, with v1 served and stored and v1beta1 served.
+PROVISIONING_REQUEST_CRD = (
+    Path(__file__).resolve().parents[1]
+    / "upstream"
+    / "cluster-autoscaler"
+    / "crds"
+    / "cluster-autoscaler-1.36.1"
+    / "autoscaling.x-k8s.io_provisioningrequests.yaml"
+)
 
 # Flags every platform gets. GPU jobs often use emptyDir scratch space; with the upstream default (true)
 # such a pod would pin an idle GPU node forever, which is exactly the silent cost scale-to-zero is for.
@@ -79,17 +94,24 @@ def node_template(pool: GpuPool, cluster_unneeded_time: str) -> NodeTemplate:
     )
 
 
+def provisioning_request_crd() -> dict[str, Any]:
+    crd: dict[str, Any] = yaml.safe_load(PROVISIONING_REQUEST_CRD.read_text())
+    return crd
+
+
 def autoscaler_values(
     kubernetes_minor: str,
     cloud_values: Mapping[str, Any],
     pools: Sequence[GpuPool],
     tolerations: Sequence[Mapping[str, str]] = (),
+    provisioning_requests: bool = False,
 ) -> dict[str, Any]:
     """Helm values for the cluster-autoscaler chart: shared settings, then the provider's."""
     cloud = dict(cloud_values)
     extra_args = {
         **COMMON_FLAGS,
         "scale-down-unneeded-time": cluster_scale_down_unneeded_time(pools),
+        **({"enable-provisioning-requests": True} if provisioning_requests else {}),
         **cloud.pop("extraArgs", {}),
     }
     return {
@@ -111,6 +133,8 @@ class ClusterAutoscalerArgs:
     cloud_values: Mapping[str, Any]
     # Cloud identity wiring (e.g. a Pod Identity association) the pod needs before it starts.
     identity: Sequence[pulumi.Resource] = field(default_factory=tuple)
+    # The ProvisioningRequest CRD, when the autoscaler is to serve ProvisioningRequests (batch queues).
+    provisioning_request_crd: pulumi.Resource | None = None
 
 
 class ClusterAutoscaler(pulumi.ComponentResource):
@@ -132,10 +156,15 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 args.cloud_values,
                 cluster.pools,
                 cluster.traits.system_tolerations,
+                provisioning_requests=args.provisioning_request_crd is not None,
             ),
             parent=self,
             provider=cluster.k8s_provider,
-            depends_on=[*cluster.system_ready, *args.identity],
+            depends_on=[
+                *cluster.system_ready,
+                *args.identity,
+                *([args.provisioning_request_crd] if args.provisioning_request_crd else []),
+            ],
         )
         self.release_status = release.status
         self.register_outputs({"releaseStatus": self.release_status})
@@ -147,10 +176,17 @@ def install_gpu_addons(
     autoscaler_cloud_values: Mapping[str, Any],
     autoscaler_identity: Sequence[pulumi.Resource] = (),
 ) -> None:
-    """The GPU Operator and the cluster-autoscaler, on a platform whose autoscaler this toolkit runs."""
+    """The GPU Operator and the cluster-autoscaler, on a platform whose autoscaler this toolkit runs; with
+    `batch`, Kueue's queues admit a job once this autoscaler has provisioned all its pods."""
     GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator))
+    crd = None
     if spec.batch is not None:
-        BatchQueues(f"{spec.name}-batch", cluster, spec.batch)
+        crd = kubernetes_object(
+            f"{spec.name}-provisioning-request-crd",
+            provisioning_request_crd(),
+            pulumi.ResourceOptions(provider=cluster.k8s_provider, depends_on=list(cluster.system_ready)),
+        )
+        BatchQueues(f"{spec.name}-batch", cluster, spec.batch, provisioning_request_crd=crd)
     ClusterAutoscaler(
         f"{spec.name}-autoscaler",
         ClusterAutoscalerArgs(
@@ -158,5 +194,6 @@ def install_gpu_addons(
             chart_version=spec.addon_versions.cluster_autoscaler,
             cloud_values=autoscaler_cloud_values,
             identity=autoscaler_identity,
+            provisioning_request_crd=crd,
         ),
     )

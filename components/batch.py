@@ -7,9 +7,15 @@ share a cohort, so an idle pool's quota lends to a busy one. Each listed namespa
 pool, named after the pool. A job is admitted whole or not at all (waitForPodsReady): if its pods are not
 all running within `batch.podsReadyTimeout`, scaling from zero included, it is evicted and queued again.
 
-Kueue admits against quota, not against running nodes: an admitted job's pods are pending until the
-cluster-autoscaler has started the pool's nodes, which it does because they are pending (Kueue's own
-documentation of running with the cluster-autoscaler). Quotas count GPU slots only: CPU, memory, disk and
+Where this toolkit runs the cluster-autoscaler (EKS, k3s), a job holding its quota is admitted only once the
+autoscaler has the nodes for all its pods: Kueue's ProvisioningRequest admission check asks the autoscaler
+for the job's pods as one request of the class `best-effort-atomic-scale-up.autoscaling.x-k8s.io`, which
+scales the pool up for all of them or for none (cluster-autoscaler FAQ, "How can I use ProvisioningRequest
+to run batch workloads"), so half a job never holds GPU nodes while it waits for the rest. On GKE, whose
+own autoscaler ties ProvisioningRequests to node pools with queued provisioning (not created here), an
+admitted job's pods are pending until the autoscaler starts the pool's nodes, which it does because they
+are pending. Quotas count
+GPU slots only: CPU, memory, disk and
 huge pages are left to the scheduler (`resources.excludeResourcePrefixes`), since a pool's allocatable CPU and
 memory are not known before a node runs and a quota above them would admit what cannot be placed.
 """
@@ -48,6 +54,11 @@ JOBSET_NAMESPACE = "jobset-system"
 UNQUOTED_RESOURCE_PREFIXES = ("cpu", "memory", "ephemeral-storage", "hugepages-")
 # The job kinds Kueue queues; a JobSet counts once it is installed.
 QUEUED_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
+# Kueue's ProvisioningRequest admission check (Kueue docs, concepts/admission_check/provisioning_request at
+# v0.19.2): the controller name, and the class the cluster-autoscaler scales up all-or-nothing for.
+PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
+ATOMIC_SCALE_UP = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+PROVISIONING_CHECK = "gpu-nodes-provisioned"
 
 
 def queue_quota(pool: GpuPool) -> dict[str, int]:
@@ -74,13 +85,47 @@ def resource_flavor(pool: GpuPool) -> dict[str, Any]:
     }
 
 
-def cluster_queue(pool: GpuPool, namespaces: Sequence[str]) -> dict[str, Any]:
+def provisioning_request_config() -> dict[str, Any]:
+    """What Kueue puts in the ProvisioningRequest it makes for a job: the all-or-nothing class."""
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ProvisioningRequestConfig",
+        "metadata": {"name": PROVISIONING_CHECK},
+        "spec": {"provisioningClassName": ATOMIC_SCALE_UP},
+    }
+
+
+def provisioning_admission_check() -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "AdmissionCheck",
+        "metadata": {"name": PROVISIONING_CHECK},
+        "spec": {
+            "controllerName": PROVISIONING_CONTROLLER,
+            "parameters": {
+                "apiGroup": "kueue.x-k8s.io",
+                "kind": "ProvisioningRequestConfig",
+                "name": PROVISIONING_CHECK,
+            },
+        },
+    }
+
+
+def cluster_queue(
+    pool: GpuPool, namespaces: Sequence[str], admission_checks: Sequence[str] = ()
+) -> dict[str, Any]:
     quota = queue_quota(pool)
+    checks = (
+        {"admissionChecksStrategy": {"admissionChecks": [{"name": check} for check in admission_checks]}}
+        if admission_checks
+        else {}
+    )
     return {
         "apiVersion": KUEUE_API,
         "kind": "ClusterQueue",
         "metadata": {"name": pool.spec.name},
         "spec": {
+            **checks,
             # Pools of one GPU model lend each other what they do not use.
             "cohortName": pool.gpu_model_id,
             "namespaceSelector": {
@@ -163,10 +208,18 @@ def kueue_values(batch: BatchSpec, tolerations: Sequence[dict[str, str]]) -> dic
 
 
 class BatchQueues(pulumi.ComponentResource):
-    """Kueue, JobSet, a flavor and a queue per GPU pool, the teams' namespaces and their LocalQueues."""
+    """Kueue, JobSet, a flavor and a queue per GPU pool, the teams' namespaces and their LocalQueues. Given
+    the ProvisioningRequest CRD of a cluster-autoscaler that serves it, the queues admit a job once that
+    autoscaler has provisioned all its pods; Kueue sets its check up only if the CRD exists when it starts
+    (cmd/kueue/main.go at v0.19.2, ServerSupportsProvisioningRequest), so its release waits for the CRD."""
 
     def __init__(
-        self, name: str, cluster: GpuCluster, batch: BatchSpec, opts: pulumi.ResourceOptions | None = None
+        self,
+        name: str,
+        cluster: GpuCluster,
+        batch: BatchSpec,
+        provisioning_request_crd: pulumi.Resource | None = None,
+        opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-k8s:index:BatchQueues", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=cluster.k8s_provider)
@@ -186,7 +239,7 @@ class BatchQueues(pulumi.ComponentResource):
             values=kueue_values(batch, cluster.traits.system_tolerations),
             parent=self,
             provider=cluster.k8s_provider,
-            depends_on=[kueue_namespace],
+            depends_on=[kueue_namespace, *([provisioning_request_crd] if provisioning_request_crd else [])],
         )
         jobset_namespace = k8s.core.v1.Namespace(
             f"{name}-jobset-namespace",
@@ -214,12 +267,27 @@ class BatchQueues(pulumi.ComponentResource):
             )
             for namespace in batch.namespaces
         }
+        checks: list[pulumi.Resource] = []
+        if provisioning_request_crd is not None:
+            config = _custom_resource(
+                f"{name}-provisioning-config", provisioning_request_config(), after_kueue
+            )
+            checks.append(
+                _custom_resource(
+                    f"{name}-provisioning-check",
+                    provisioning_admission_check(),
+                    pulumi.ResourceOptions.merge(after_kueue, pulumi.ResourceOptions(depends_on=[config])),
+                )
+            )
+        check_names = [PROVISIONING_CHECK] if checks else []
         for pool in cluster.pools:
             flavor = _custom_resource(f"{name}-{pool.spec.name}-flavor", resource_flavor(pool), after_kueue)
             queue = _custom_resource(
                 f"{name}-{pool.spec.name}-queue",
-                cluster_queue(pool, batch.namespaces),
-                pulumi.ResourceOptions.merge(after_kueue, pulumi.ResourceOptions(depends_on=[flavor])),
+                cluster_queue(pool, batch.namespaces, check_names),
+                pulumi.ResourceOptions.merge(
+                    after_kueue, pulumi.ResourceOptions(depends_on=[flavor, *checks])
+                ),
             )
             for namespace, team_namespace in team_namespaces.items():
                 _custom_resource(

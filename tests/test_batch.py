@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import kubernetes_validate
 import pytest
 
 from gpu_k8s.tools.engine import Recording, run_program
@@ -106,6 +107,55 @@ def test_each_namespace_gets_a_queue_per_pool_after_kueue_and_its_namespace(aws_
     assert selector["matchExpressions"][0]["values"] == ["research", "training"]
 
 
+def test_a_job_is_admitted_once_the_autoscaler_has_provisioned_all_its_pods(aws_eks):
+    """Kueue's ProvisioningRequest admission check on every queue, with the all-or-nothing class; Kueue
+    starts after the CRD (it sets the check up only if the CRD exists then), and so does the autoscaler."""
+    (config,) = kueue_objects(aws_eks, "ProvisioningRequestConfig").values()
+    assert config["spec"] == {"provisioningClassName": "best-effort-atomic-scale-up.autoscaling.x-k8s.io"}
+    (check,) = kueue_objects(aws_eks, "AdmissionCheck").values()
+    assert check["spec"]["controllerName"] == "kueue.x-k8s.io/provisioning-request"
+    assert check["spec"]["parameters"] == {
+        "apiGroup": "kueue.x-k8s.io",
+        "kind": "ProvisioningRequestConfig",
+        "name": config["metadata"]["name"],
+    }
+    assert config["urn"] in check["dependencies"]
+    queues = kueue_objects(aws_eks, "ClusterQueue")
+    assert len(queues) == 5
+    for queue in queues.values():
+        assert queue["spec"]["admissionChecksStrategy"] == {
+            "admissionChecks": [{"name": check["metadata"]["name"]}]
+        }
+        assert check["urn"] in queue["dependencies"]
+    (crd,) = aws_eks.by_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")
+    assert crd.inputs["metadata"]["name"] == "provisioningrequests.autoscaling.x-k8s.io"
+    # Kueue 0.19.2 maps the v1 kind (cmd/kueue/main.go imports .../autoscaling.x-k8s.io/v1).
+    assert {v["name"] for v in crd.inputs["spec"]["versions"] if v["served"]} >= {"v1"}
+    releases = {r.inputs["name"]: r for r in aws_eks.by_type("kubernetes:helm.sh/v3:Release")}
+    for chart in ("kueue", "cluster-autoscaler"):
+        assert crd.urn in releases[chart].dependencies, chart
+
+
+def test_the_provisioning_request_crd_is_a_valid_crd_for_every_supported_minor():
+    from gpu_k8s.components.autoscaler import provisioning_request_crd
+    from gpu_k8s.components.spec import SUPPORTED_KUBERNETES_MINORS
+
+    for minor in SUPPORTED_KUBERNETES_MINORS:
+        kubernetes_validate.validate(provisioning_request_crd(), f"{minor}.0", strict=True)
+
+
+def test_gke_queues_wait_for_no_provisioning(gcp_gke_config):
+    """GKE's own autoscaler ties ProvisioningRequests to node pools with queued provisioning, which the
+    stack does not create: a check there would hold every job forever."""
+    config = copy.deepcopy(gcp_gke_config)
+    config["gpu-k8s:cluster"]["batch"] = {"namespaces": ["research"]}
+    recording = run_program("gke-batch", config)
+    queues = kueue_objects(recording, "ClusterQueue")
+    assert queues and all("admissionChecksStrategy" not in q["spec"] for q in queues.values())
+    assert not kueue_objects(recording, "AdmissionCheck")
+    assert not recording.by_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")
+
+
 @pytest.mark.parametrize("stack", ["gcp_gke", "aws_k3s", "gcp_k3s"])
 def test_no_batch_key_no_kueue(stack, request):
     recording = request.getfixturevalue(stack)
@@ -120,6 +170,9 @@ def test_batch_runs_on_k3s_with_the_servers_tolerated(aws_k3s_config):
     tolerations = kueue.inputs["values"]["controllerManager"]["tolerations"]
     assert tolerations and all(t["operator"] == "Exists" for t in tolerations)
     assert kueue_objects(recording, "ClusterQueue")
+    # The toolkit runs the autoscaler on k3s too, so the queues wait for its provisioning.
+    assert kueue_objects(recording, "AdmissionCheck")
+    assert recording.by_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")
 
 
 BAD_BATCH = [

@@ -166,6 +166,11 @@ def strict(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     made = {k: strict(v) for k, v in schema.items()}
+    pattern = made.get("pattern")
+    if isinstance(pattern, str) and pattern.startswith("^(?i)"):
+        # The API server's RE2 takes a flag group anywhere (Kueue's AdmissionCheck `kind`); Python's `re`
+        # only at the start, where it means the same.
+        made["pattern"] = "(?i)^" + pattern[len("^(?i)") :]
     if "properties" in made and not made.get("x-kubernetes-preserve-unknown-fields"):
         made.setdefault("additionalProperties", False)
     return made
@@ -380,6 +385,30 @@ def test_aws_autoscaler_discovers_this_clusters_groups(rendered, plan):
         ]
     )
     assert {"name": "AWS_REGION", "value": "us-east-1"} in container["env"]
+
+
+def test_with_batch_the_autoscaler_serves_provisioning_requests_as_its_faq_requires(rendered):
+    """cluster-autoscaler FAQ, "Enabling ProvisioningRequest Support": the flag, and RBAC on
+    ProvisioningRequests and PodTemplates (the chart's ClusterRole, as rendered). Without batch, no flag."""
+    release = rendered["aws_eks", "cluster-autoscaler"]
+    assert container_flags(release)["enable-provisioning-requests"] == "true"
+    rules = the(release.of_kind("ClusterRole"))["rules"]
+
+    def verbs(group: str, resource: str) -> set[str]:
+        return {
+            verb
+            for rule in rules
+            if group in rule["apiGroups"] and resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+
+    assert {"get", "list", "watch", "update", "patch"} <= verbs(
+        "autoscaling.x-k8s.io", "provisioningrequests"
+    )
+    assert {"update", "patch"} <= verbs("autoscaling.x-k8s.io", "provisioningrequests/status")
+    assert {"get", "list", "watch"} <= verbs("", "podtemplates")
+    for plan in ("aws_k3s", "gcp_k3s"):
+        assert "enable-provisioning-requests" not in container_flags(rendered[plan, "cluster-autoscaler"])
 
 
 def test_gce_autoscaler_names_each_mig_with_the_pools_limits(rendered, gcp_k3s_config):
@@ -654,7 +683,7 @@ def test_on_eks_the_autoscaler_needs_no_instance_metadata(rendered):
     assert env["AWS_REGION"] == "us-east-1"
 
 
-KUEUE_KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue")
+KUEUE_KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue", "AdmissionCheck", "ProvisioningRequestConfig")
 
 
 def test_the_plans_kueue_objects_pass_the_installed_crds_strictly(rendered):
