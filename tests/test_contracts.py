@@ -56,6 +56,8 @@ AUTOSCALER_FLAGS = {
     "logtostderr",
     "stderrthreshold",
     "v",
+    # FAQ "How can I use ProvisioningRequest to run batch workloads" (cluster-autoscaler-1.36.1).
+    "enable-provisioning-requests",
 }
 
 
@@ -183,7 +185,14 @@ def test_kubernetes_objects_pass_strict_schema_validation(
     kueue_crds = [upstream_yaml(f"kueue/{KUEUE_CHART_VERSION}/crds/{path.name}") for path in KUEUE_CRDS]
     schemas = {(api, kind): schema for (api, kind, _), schema in crd_schemas([*objects, *kueue_crds]).items()}
     custom = [o for o in objects if (o["apiVersion"], o["kind"]) in schemas]
-    assert {o["kind"] for o in custom} == {"Plan", "ResourceFlavor", "ClusterQueue", "LocalQueue"}
+    assert {o["kind"] for o in custom} == {
+        "Plan",
+        "ResourceFlavor",
+        "ClusterQueue",
+        "LocalQueue",
+        "AdmissionCheck",
+        "ProvisioningRequestConfig",
+    }
     for obj in custom:
         jsonschema.validate(obj, schemas[obj["apiVersion"], obj["kind"]])
     objects = [o for o in objects if o not in custom]
@@ -202,7 +211,7 @@ def test_kubernetes_objects_pass_strict_schema_validation(
         "Deployment",
         "DaemonSet",
         "CSIDriver",
-        # system-upgrade-controller's Plan CRD (k3s).
+        # system-upgrade-controller's Plan CRD (k3s), the autoscaler's ProvisioningRequest CRD (batch).
         "CustomResourceDefinition",
     }
     for obj in objects:
