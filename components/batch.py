@@ -14,10 +14,9 @@ scales the pool up for all of them or for none (cluster-autoscaler FAQ, "How can
 to run batch workloads"), so half a job never holds GPU nodes while it waits for the rest. On GKE, whose
 own autoscaler ties ProvisioningRequests to node pools with queued provisioning (not created here), an
 admitted job's pods are pending until the autoscaler starts the pool's nodes, which it does because they
-are pending. Quotas count
-GPU slots only: CPU, memory, disk and
-huge pages are left to the scheduler (`resources.excludeResourcePrefixes`), since a pool's allocatable CPU and
-memory are not known before a node runs and a quota above them would admit what cannot be placed.
+are pending. Quotas count GPU slots only: CPU, memory, disk and huge pages are left to the scheduler
+(`resources.excludeResourcePrefixes`), since a pool's allocatable CPU and memory are not known before a node
+runs and a quota above them would admit what cannot be placed.
 """
 
 from __future__ import annotations

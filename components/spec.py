@@ -282,6 +282,9 @@ class ClusterSpec(StrictModel):
     # `storage.shared` values the platform builds (value -> the service), and why there are none if so.
     shared_storage: ClassVar[Mapping[str, str]] = {}
     no_shared_storage: ClassVar[str] = "no shared file system is built for this platform"
+    # Why the platform builds no `gpuPools[].interconnect` that its cloud's pool rules accept, and the way
+    # out (None: it builds what the rules accept).
+    no_interconnect: ClassVar[tuple[str, str] | None] = None
 
     @classmethod
     def with_defaults(cls, raw: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -725,6 +728,7 @@ def _semantic_issues(spec: ClusterSpec, given: Any, catalog: Catalog) -> Iterabl
     if spec.batch is not None:
         yield from _batch_issues(spec.batch)
     yield from _storage_issues(spec)
+    yield from _interconnect_issues(spec)
     yield from gpu_pool_issues(spec.gpu_pools, spec.pool_rules, catalog)
 
 
@@ -751,6 +755,15 @@ def _storage_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
         if offered
         else "remove it",
     )
+
+
+def _interconnect_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
+    if spec.no_interconnect is None:
+        return
+    problem, fix = spec.no_interconnect
+    for index, pool in enumerate(spec.gpu_pools):
+        if pool.interconnect is not None:
+            yield ConfigIssue(config_path("gpuPools", index, "interconnect"), pool.interconnect, problem, fix)
 
 
 def _batch_issues(batch: BatchSpec) -> Iterable[ConfigIssue]:

@@ -200,23 +200,15 @@ class Ec2K3sClusterSpec(K3sClusterSpec, AwsClusterSpec):
     shared_storage: ClassVar[Mapping[str, str]] = {
         EFS_STORAGE: "Amazon EFS, through the pinned chart of its CSI driver"
     }
+    no_interconnect: ClassVar[tuple[str, str] | None] = (
+        "EFA on k3s agents is not built yet: their Ubuntu image gets no EFA user-space stack (libfabric, "
+        "AWS's EFA installer) here; on EKS it is built (interfaces, placement, device plugin)",
+        "remove it, or use kind: eks for multi-node training over EFA",
+    )
 
     def network_issues(self) -> Iterable[ConfigIssue]:
         yield from super().network_issues()
         yield from overlay_issues(self.network.cidr)
-
-    def platform_issues(self) -> Iterable[ConfigIssue]:
-        yield from super().platform_issues()
-        for index, pool in enumerate(self.gpu_pools):
-            if pool.interconnect is not None:
-                yield ConfigIssue(
-                    config_path("gpuPools", index, "interconnect"),
-                    pool.interconnect,
-                    "EFA on k3s agents is not built yet: their Ubuntu image gets no EFA user-space stack "
-                    "(libfabric, AWS's EFA installer) here; on EKS it is built (interfaces, placement, "
-                    "device plugin)",
-                    "remove it, or use kind: eks for multi-node training over EFA",
-                )
 
 
 def _gpus(machine: MachineType) -> tuple[object, ...]:

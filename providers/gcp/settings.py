@@ -223,25 +223,18 @@ class GceK3sClusterSpec(K3sClusterSpec, GcpClusterSpec):
         "the self-managed Filestore CSI driver needs a service-account key and has no pinnable image "
         "for its newest release; GKE runs it as an add-on (kind: gke)"
     )
+    # The pulumi-gcp ResourcePolicy docs say a COLLOCATED policy needs vmCount and that exactly that many VMs
+    # be created at once, which an instance group growing from zero never does; Google's AI Hypercomputer
+    # docs place A3-class VMs in a group by workload policies instead.
+    no_interconnect: ClassVar[tuple[str, str] | None] = (
+        "compact placement on k3s agents is not built: a Compute Engine compact placement policy expects its "
+        "VMs created together, not one by one as the autoscaler adds them",
+        "remove it, or use kind: gke, where GKE places the pool's nodes compactly",
+    )
 
     def network_issues(self) -> Iterable[ConfigIssue]:
         yield from super().network_issues()
         yield from overlay_issues(self.network.cidr)
-
-    def platform_issues(self) -> Iterable[ConfigIssue]:
-        yield from super().platform_issues()
-        for index, pool in enumerate(self.gpu_pools):
-            if pool.interconnect is not None:
-                # The pulumi-gcp ResourcePolicy docs say a COLLOCATED policy needs vmCount and that exactly
-                # that many VMs be created at once, which an instance group growing from zero never does;
-                # Google's AI Hypercomputer docs place A3-class VMs in a group by workload policies instead.
-                yield ConfigIssue(
-                    config_path("gpuPools", index, "interconnect"),
-                    pool.interconnect,
-                    "compact placement on k3s agents is not built: a Compute Engine compact placement policy "
-                    "expects its VMs created together, not one by one as the autoscaler adds them",
-                    "remove it, or use kind: gke, where GKE places the pool's nodes compactly",
-                )
 
 
 def zone_issues(where: tuple[str | int, ...], zones: Iterable[str]) -> Iterable[ConfigIssue]:
