@@ -80,25 +80,39 @@ def test_text_plan_shows_tree_dependencies_and_pool_summary(aws_eks):
     assert "ignoreChanges=scalingConfig.desiredSize" in text
     rows = [re.split(r"\s{2,}", line.strip()) for line in text.split("GPU pools")[1].splitlines()[2:6]]
     assert [row[0] for row in rows] == ["l40s", "a10g-shared", "l4-mps", "h100"]
-    # name, instance type, GPU model, GPUs, sharing, slots/node, isolation, nodes, capacity, queue quota
+    # name, instance type, GPU model, GPUs, sharing, slots/node, isolation, nodes, capacity, interconnect,
+    # queue quota
     assert rows[0][1:5] == ["g6e.xlarge", "nvidia-l40s", "1", "none"]
     assert [row[5:] for row in rows] == [
-        ["1: 1 x nvidia.com/gpu (48 GiB)", "hardware", "0-4", "spot", "4 x nvidia.com/gpu"],
-        ["4: 4 x nvidia.com/gpu (6 GiB)", "none", "0-4", "spot", "16 x nvidia.com/gpu"],
+        ["1: 1 x nvidia.com/gpu (48 GiB)", "hardware", "0-4", "spot", "-", "4 x nvidia.com/gpu"],
+        ["4: 4 x nvidia.com/gpu (6 GiB)", "none", "0-4", "spot", "-", "16 x nvidia.com/gpu"],
         [
             "16: 16 x nvidia.com/gpu (6 GiB)",
             "memory+compute limits",
             "0-2",
             "on-demand",
+            "-",
             "32 x nvidia.com/gpu",
         ],
-        ["56: 56 x nvidia.com/gpu (10 GiB)", "hardware", "0-2", "on-demand", "112 x nvidia.com/gpu"],
+        ["56: 56 x nvidia.com/gpu (10 GiB)", "hardware", "0-2", "on-demand", "-", "112 x nvidia.com/gpu"],
     ]
+    (train,) = [
+        line for line in text.split("GPU pools")[1].splitlines() if line.strip().startswith("h100-train")
+    ]
+    assert re.split(r"\s{2,}", train.strip())[9] == "efa"
 
 
 def test_the_pool_table_has_no_queue_column_without_batch(gcp_gke):
     header = render_text(gcp_gke).split("GPU pools")[1].splitlines()[1]
     assert "capacity" in header and "queue quota" not in header
+
+
+def test_the_pool_table_has_an_interconnect_column_only_where_a_pool_has_one(gcp_gke, gcp_k3s):
+    lines = render_text(gcp_gke).split("GPU pools")[1].splitlines()
+    assert lines[1].split()[-1] == "interconnect"
+    (train,) = [line for line in lines if line.strip().startswith("h100-train")]
+    assert train.split()[-1] == "compact"
+    assert "interconnect" not in render_text(gcp_k3s).split("GPU pools")[1].splitlines()[1]
 
 
 def test_text_plan_lists_warnings(aws_eks_config):

@@ -135,8 +135,9 @@ def _slot_text(pool: dict[str, Any]) -> str:
 
 
 def pool_table(pools: list[dict[str, Any]], queue_quotas: dict[str, str] | None = None) -> list[str]:
-    """One line per pool of the `gpuPools` output: hardware, sharing, slots, isolation, scaling, and the
-    quota of its batch queue where the plan makes one (`queue_quotas`, by pool name)."""
+    """One line per pool of the `gpuPools` output: hardware, sharing, slots, isolation, scaling, its
+    interconnect where any pool has one, and the quota of its batch queue where the plan makes one
+    (`queue_quotas`, by pool name)."""
     header = (
         "name",
         "instance type",
@@ -148,7 +149,10 @@ def pool_table(pools: list[dict[str, Any]], queue_quotas: dict[str, str] | None 
         "nodes",
         "capacity",
     )
-    rows = [header + (("queue quota",) if queue_quotas else ())]
+    interconnects = any("interconnect" in pool for pool in pools)
+    rows = [
+        header + (("interconnect",) if interconnects else ()) + (("queue quota",) if queue_quotas else ())
+    ]
     rows += [
         (
             pool["name"],
@@ -161,6 +165,7 @@ def pool_table(pools: list[dict[str, Any]], queue_quotas: dict[str, str] | None 
             f"{pool['minNodes']}-{pool['maxNodes']}",
             "spot" if pool["spot"] else "on-demand",
         )
+        + ((pool.get("interconnect", "-"),) if interconnects else ())
         + ((queue_quotas.get(pool["name"], "none"),) if queue_quotas else ())
         for pool in pools
     ]
