@@ -84,13 +84,3 @@ def storage_class(
         reclaim_policy=manifest["reclaimPolicy"],
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(depends_on)),
     )
-
-
-def default_storage_class(
-    name: str,
-    manifest: Mapping[str, Any],
-    provider: k8s.Provider,
-    parent: pulumi.Resource,
-    depends_on: Sequence[pulumi.Resource],
-) -> k8s.storage.v1.StorageClass:
-    return storage_class(f"{name}-storage-class", manifest, provider, parent, depends_on)

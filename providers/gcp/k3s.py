@@ -36,7 +36,7 @@ from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
 from gpu_k8s.components.k3s.server_count import server_count
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades
 from gpu_k8s.components.spec import pool_child_name
-from gpu_k8s.components.storage import default_storage_class, default_storage_class_manifest
+from gpu_k8s.components.storage import default_storage_class_manifest, storage_class
 from gpu_k8s.providers.gcp.autoscaling import (
     ACCELERATOR_LABEL,
     AUTOSCALER_READ_PERMISSIONS,
@@ -376,8 +376,8 @@ class GcpK3sCluster(pulumi.ComponentResource):
             [*system_ready, *pd_csi_access],
             opts=child,
         )
-        default_storage_class(
-            name,
+        storage_class(
+            f"{name}-storage-class",
             default_storage_class_manifest(BALANCED_PD, PROVISIONER, {"type": BALANCED_PD}),
             k8s_provider,
             self,
