@@ -333,20 +333,25 @@ def platform_of(spec: ClusterSpec) -> Platform:
     return PLATFORMS[(spec.cloud, spec.kind)]
 
 
+# Sections whose keys differ by platform: the structural pass takes every platform's keys, and a key of
+# another platform is then refused with a message saying so.
+MERGED_SECTIONS = ("network", "storage")
+
+
 @functools.cache
 def _structure_model(platforms: tuple[Platform, ...]) -> type[StrictModel]:
-    """The model the structural pass validates against: the generic keys, every platform's network keys
-    and every platform's section. A key of another platform then gets a message saying so (semantic pass)
-    instead of "unknown key"."""
-    network_fields: dict[str, Any] = {}
+    """The model the structural pass validates against: the generic keys, every platform's network and
+    storage keys and every platform's section. A key of another platform then gets a message saying so
+    (semantic pass) instead of "unknown key"."""
+    merged_fields: dict[str, dict[str, Any]] = {section: {} for section in MERGED_SECTIONS}
     sections: dict[str, Any] = {}
     for platform in platforms:
-        for name, field in _network_model(platform.spec).model_fields.items():
-            network_fields.setdefault(name, (field.annotation, field))
+        for section, fields_of_section in merged_fields.items():
+            for name, field in _section_model(platform.spec, section).model_fields.items():
+                fields_of_section.setdefault(name, (field.annotation, field))
         for name, field in platform.spec.model_fields.items():
             if name not in ClusterSpec.model_fields:
                 sections.setdefault(name, (field.annotation, field))
-    network = create_model("NetworkSpec", __base__=StrictModel, **network_fields)
     fields: dict[str, Any] = {}
     for name, field in ClusterSpec.model_fields.items():
         if name == "cuda":
@@ -356,7 +361,9 @@ def _structure_model(platforms: tuple[Platform, ...]) -> type[StrictModel]:
     kinds = tuple(sorted({p.kind for p in platforms}))
     fields["cloud"] = (Literal[clouds], ...)  # type: ignore[valid-type]
     fields["kind"] = (Literal[kinds], ...)  # type: ignore[valid-type]
-    fields["network"] = (network, ...)
+    for section, fields_of_section in merged_fields.items():
+        model = create_model(f"{section.title()}Spec", __base__=StrictModel, **fields_of_section)
+        fields[section] = (model, ... if ClusterSpec.model_fields[section].is_required() else model())
     return create_model("ClusterSpec", __base__=StrictModel, **fields)
 
 
@@ -545,16 +552,33 @@ def _foreign_network_issues(spec: ClusterSpec, given: BaseModel) -> Iterable[Con
         )
 
 
+def _foreign_storage_issues(spec: ClusterSpec, given: BaseModel) -> Iterable[ConfigIssue]:
+    """Storage keys set that only another platform's storage has."""
+    allowed = section_keys(type(spec), "storage")
+    for key in sorted(_set_aliases(given) - allowed):
+        yield ConfigIssue(
+            config_path("storage", key),
+            getattr(given, _field_named(type(given), key)),
+            f"not a storage setting on {spec.cloud}/{spec.kind}",
+            f"{spec.cloud}/{spec.kind} storage keys: {', '.join(sorted(allowed))}",
+        )
+
+
 def network_keys(spec_class: type[ClusterSpec]) -> set[str]:
     """The network keys (YAML names) that mean something on the platform."""
-    fields = _network_model(spec_class).model_fields
-    return {field.alias or name for name, field in fields.items()} - set(spec_class.refused_network_keys)
+    return section_keys(spec_class, "network") - set(spec_class.refused_network_keys)
 
 
-def _network_model(spec_class: type[ClusterSpec]) -> type[BaseModel]:
-    network = spec_class.model_fields["network"].annotation
-    assert isinstance(network, type) and issubclass(network, BaseModel), "a platform's network is a model"
-    return network
+def section_keys(spec_class: type[ClusterSpec], section: str) -> set[str]:
+    """The keys (YAML names) of one of the platform's merged sections."""
+    fields = _section_model(spec_class, section).model_fields
+    return {field.alias or name for name, field in fields.items()}
+
+
+def _section_model(spec_class: type[ClusterSpec], section: str) -> type[BaseModel]:
+    model = spec_class.model_fields[section].annotation
+    assert isinstance(model, type) and issubclass(model, BaseModel), f"a platform's {section} is a model"
+    return model
 
 
 def _set_aliases(model: BaseModel) -> set[str]:
@@ -727,6 +751,7 @@ def _semantic_issues(spec: ClusterSpec, given: Any, catalog: Catalog) -> Iterabl
     yield from addon_issues(spec.addon_versions)
     if spec.batch is not None:
         yield from _batch_issues(spec.batch)
+    yield from _foreign_storage_issues(spec, given.storage)
     yield from _storage_issues(spec)
     yield from _interconnect_issues(spec)
     yield from gpu_pool_issues(spec.gpu_pools, spec.pool_rules, catalog)
@@ -916,6 +941,9 @@ def _own_keys(given: BaseModel, spec_class: type[ClusterSpec]) -> dict[str, Any]
     own = {key: value for key, value in own.items() if key in own_sections}
     allowed = network_keys(spec_class)
     own["network"] = {key: value for key, value in own["network"].items() if key in allowed}
+    if "storage" in own:
+        storage_keys = section_keys(spec_class, "storage")
+        own["storage"] = {key: value for key, value in own["storage"].items() if key in storage_keys}
     return own
 
 

@@ -51,7 +51,7 @@ EXPECTED_CHARTS = {
         "aws-cloud-controller-manager",
         "aws-efs-csi-driver",
     },
-    "gcp_k3s": {"gpu-operator", "cluster-autoscaler"},
+    "gcp_k3s": {"gpu-operator", "cluster-autoscaler", "csi-driver-nfs"},
 }
 
 
@@ -767,3 +767,26 @@ def test_the_efs_controller_runs_on_the_k3s_servers_and_its_node_plugin_everywhe
     assert driver["metadata"]["name"] == "efs.csi.aws.com"
     # The StorageClass is the stack's (with its file system), not the chart's.
     assert release.of_kind("StorageClass") == []
+
+
+def test_the_nfs_controller_runs_on_the_gcp_k3s_servers_and_its_node_plugin_everywhere(rendered):
+    """The controller mounts the Filestore share to make and delete claim directories, from a server (in the
+    node subnet the share is exported to); the node plugin mounts on every node, GPU agents included. Pods
+    running as another user than root get their claim through `fsGroup`, which the driver declares."""
+    release = rendered["gcp_k3s", "csi-driver-nfs"]
+    (controller,) = release.of_kind("Deployment")
+    pod = controller["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux", "gpu-k8s.io/pool": "system"}
+    # The servers' taint is CriticalAddonsOnly=true:NoExecute; the chart's own toleration covers NoSchedule.
+    assert {"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoExecute"} in pod["tolerations"]
+    assert pod["hostNetwork"] is True
+    assert "csi-snapshotter" not in [c["name"] for c in pod["containers"]]
+    (node,) = release.of_kind("DaemonSet")
+    node_pod = node["spec"]["template"]["spec"]
+    assert {"operator": "Exists"} in node_pod["tolerations"]
+    (driver,) = release.of_kind("CSIDriver")
+    assert driver["metadata"]["name"] == "nfs.csi.k8s.io"
+    assert driver["spec"]["fsGroupPolicy"] == "File"
+    # The StorageClass is the stack's (with the instance's address), not the chart's; no snapshot CRDs.
+    assert release.of_kind("StorageClass") == []
+    assert release.of_kind("CustomResourceDefinition") == []

@@ -1,6 +1,6 @@
 """`storage.shared`: a file system pods on many nodes mount at once, as the StorageClass `shared-rwx` on
-every platform that builds one (EFS on aws-eks and aws-k3s, Filestore on gcp-gke), refused with the reason
-elsewhere."""
+every platform (EFS on aws-eks and aws-k3s, Filestore on gcp-gke and gcp-k3s), refused with the reason for a
+service the platform does not build."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ BAD_STORAGE: list[tuple[str, str, tuple[str, ...]]] = [
     ("aws-eks", "nfs", ("not a shared file system of aws/eks",)),
     ("gcp-gke", "efs", ("use one of: filestore",)),
     ("aws-k3s", "filestore", ("use one of: efs",)),
-    ("gcp-k3s", "filestore", ("service-account key", "kind: gke")),
+    ("gcp-k3s", "efs", ("use one of: filestore",)),
 ]
 
 
@@ -207,15 +207,172 @@ def test_efs_on_k3s_lets_in_nfs_from_the_nodes_group_and_gives_the_servers_the_d
     )
 
 
-def test_the_stack_outputs_name_the_class_the_service_and_the_efs_file_system(aws_eks, gcp_gke, aws_k3s):
+def test_the_stack_outputs_name_the_class_the_service_and_the_one_file_system(
+    aws_eks, gcp_gke, aws_k3s, gcp_k3s
+):
     for recording in (aws_eks, aws_k3s):
         assert recording.outputs["sharedStorage"] == {
             "storageClass": "shared-rwx",
             "service": "efs",
             "fileSystemId": recording.by_name("ml-efs-fs").id,
         }
+    assert gcp_k3s.outputs["sharedStorage"] == {
+        "storageClass": "shared-rwx",
+        "service": "filestore",
+        "fileSystemId": gcp_k3s.by_name("ml-filestore-instance").outputs["name"],
+    }
+    # On GKE each claim is its own instance: there is no one file system to name.
     assert gcp_gke.outputs["sharedStorage"] == {"storageClass": "shared-rwx", "service": "filestore"}
 
 
-def test_no_shared_storage_output_without_storage(gcp_k3s):
-    assert "sharedStorage" not in gcp_k3s.outputs
+def test_no_shared_storage_output_without_storage(gcp_k3s_config):
+    config = copy.deepcopy(gcp_k3s_config)
+    delete_key("storage")(config["gpu-k8s:cluster"])
+    assert "sharedStorage" not in run_program("gcp-k3s", config).outputs
+
+
+# --- Filestore on gcp-k3s: one instance, served by the NFS CSI driver ----------------------------------
+
+
+def test_filestore_on_k3s_is_one_basic_instance_that_only_the_node_subnet_mounts(gcp_k3s, gcp_k3s_config):
+    """Peered into the cluster's VPC from the configured /29 (Filestore cannot see k3s's overlay ranges),
+    in the network's first zone, exporting its share read-write to the node subnet only."""
+    (instance,) = gcp_k3s.by_type("gcp:filestore/instance:Instance")
+    network = gcp_k3s_config["gpu-k8s:cluster"]["network"]
+    assert instance.inputs["tier"] == "BASIC_HDD"
+    assert instance.inputs["location"] == network["zones"][0]
+    assert instance.inputs["fileShares"] == {
+        "name": "shared",
+        "capacityGb": 1024,
+        "nfsExportOptions": [
+            {"ipRanges": [network["cidr"]], "accessMode": "READ_WRITE", "squashMode": "NO_ROOT_SQUASH"}
+        ],
+    }
+    assert instance.inputs["networks"] == [
+        {
+            "network": gcp_k3s.by_name("ml-network-vpc").outputs["name"],
+            "modes": ["MODE_IPV4"],
+            "connectMode": "DIRECT_PEERING",
+            "reservedIpRange": "10.44.0.0/29",
+        }
+    ]
+    api = next(
+        s
+        for s in gcp_k3s.by_type("gcp:projects/service:Service")
+        if s.inputs["service"] == "file.googleapis.com"
+    )
+    assert api.urn in instance.dependencies
+
+
+def test_filestore_on_k3s_serves_claims_through_the_nfs_driver_on_the_instances_address(gcp_k3s):
+    shared = shared_class(gcp_k3s)
+    instance = gcp_k3s.by_name("ml-filestore-instance")
+    address = instance.outputs["networks"][0]["ipAddresses"][0]
+    assert shared.inputs["provisioner"] == "nfs.csi.k8s.io"
+    assert shared.inputs["parameters"] == {"server": address, "share": "/shared"}
+    # One instance reachable from every zone: claims bind at once; the share's size is fixed.
+    assert shared.inputs["volumeBindingMode"] == "Immediate"
+    assert shared.inputs["allowVolumeExpansion"] is False
+    release = gcp_k3s.by_name("ml-filestore-nfs-csi")
+    assert release.inputs["chart"] == "csi-driver-nfs"
+    assert release.inputs["version"] == "4.13.4"
+    assert release.urn in shared.dependencies
+    # The driver waits for the servers to be reachable and initialised by the cloud controller.
+    ccm_objects = [r.urn for r in gcp_k3s.registrations if r.parent and "cloud-controller" in r.parent]
+    assert set(some(ccm_objects)) <= set(release.dependencies)
+
+
+def test_filestore_controller_runs_on_the_servers_without_a_snapshot_sidecar(gcp_k3s):
+    controller = gcp_k3s.by_name("ml-filestore-nfs-csi").inputs["values"]["controller"]
+    assert controller["nodeSelector"] == {"gpu-k8s.io/pool": "system"}
+    server_taints = gcp_k3s.by_name("ml-filestore-nfs-csi").inputs["values"]["controller"]["tolerations"]
+    assert {"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"} in server_taints
+    assert controller["enableSnapshotter"] is False
+
+
+@pytest.mark.parametrize(
+    "subnetwork", ["ml-nodes", "projects/gpu-k8s-demo/regions/us-central1/subnetworks/ml-nodes"]
+)
+def test_filestore_on_an_existing_k3s_subnet_exports_to_that_subnets_range(gcp_k3s_config, subnetwork):
+    """The range is read from Compute Engine (the mock answers 10.128.0.0/20), by name in the stack's
+    region or by self link."""
+    config = copy.deepcopy(gcp_k3s_config)
+    cluster = config["gpu-k8s:cluster"]
+    cluster["network"] = {
+        "zones": cluster["network"]["zones"],
+        "networkName": "ml-vpc",
+        "subnetworkName": subnetwork,
+    }
+    (instance,) = run_program("existing-network", config).by_type("gcp:filestore/instance:Instance")
+    assert instance.inputs["fileShares"]["nfsExportOptions"][0]["ipRanges"] == ["10.128.0.0/20"]
+    assert instance.inputs["networks"][0]["network"] == "ml-vpc"
+
+
+def test_filestore_range_is_configurable(gcp_k3s_config):
+    config = copy.deepcopy(gcp_k3s_config)
+    set_path("storage.filestoreRange", "192.168.7.0/29")(config["gpu-k8s:cluster"])
+    (instance,) = run_program("gcp-k3s", config).by_type("gcp:filestore/instance:Instance")
+    assert instance.inputs["networks"][0]["reservedIpRange"] == "192.168.7.0/29"
+
+
+BAD_FILESTORE_RANGES = [
+    ("10.44.0.0/28", ("private /29",)),
+    ("34.1.2.0/29", ("private /29",)),
+    ("10.44.0.0", ("no prefix length",)),
+    ("10.42.8.0/29", ("k3s's pod range 10.42.0.0/16",)),
+    ("10.43.0.0/29", ("k3s's service range 10.43.0.0/16",)),
+    ("10.40.1.0/29", ("network.cidr 10.40.0.0/20",)),
+]
+
+
+@pytest.mark.parametrize(("value", "words"), BAD_FILESTORE_RANGES, ids=[c[0] for c in BAD_FILESTORE_RANGES])
+def test_a_filestore_range_filestore_or_the_nodes_cannot_use_is_refused(gcp_k3s_config, value, words):
+    assert_refused_before_any_resource(
+        gcp_k3s_config,
+        set_path("storage.filestoreRange", value),
+        "gpu-k8s:cluster.storage.filestoreRange",
+        words,
+    )
+
+
+def test_a_filestore_range_without_filestore_is_refused(gcp_k3s_config):
+    def without_shared(cluster):
+        cluster["storage"] = {"filestoreRange": "10.44.0.0/29"}
+
+    assert_refused_before_any_resource(
+        gcp_k3s_config,
+        without_shared,
+        "gpu-k8s:cluster.storage.filestoreRange",
+        ("storage.shared: filestore",),
+    )
+
+
+@pytest.mark.parametrize(("stack", "platform"), [("aws-k3s", "aws/k3s"), ("gcp-gke", "gcp/gke")])
+def test_a_filestore_range_on_another_platform_is_refused(request, stack, platform):
+    """A key of gcp-k3s's storage is not "unknown": the message says it is not one of this platform's."""
+    config = request.getfixturevalue(f"{stack.replace('-', '_')}_config")
+    assert_refused_before_any_resource(
+        config,
+        set_path("storage.filestoreRange", "10.44.0.0/29"),
+        "gpu-k8s:cluster.storage.filestoreRange",
+        (f"not a storage setting on {platform}", f"{platform} storage keys: shared"),
+    )
+
+
+def test_adding_filestore_to_a_running_gcp_k3s_cluster_changes_nothing_it_has(gcp_k3s, gcp_k3s_config):
+    """Day 2: every resource the cluster already has keeps its URN and inputs (no server or agent template
+    is touched, so no node restarts); the API, instance, driver and class are new."""
+    config = copy.deepcopy(gcp_k3s_config)
+    delete_key("storage")(config["gpu-k8s:cluster"])
+    before = {r.urn: r for r in run_program("gcp-k3s", config).registrations}
+    after = {r.urn: r for r in gcp_k3s.registrations}
+    assert set(before) <= set(after)
+    assert [before[urn].name for urn, r in before.items() if after[urn].inputs != r.inputs] == []
+    added = sorted(after[urn].type for urn in set(after) - set(before))
+    assert added == [
+        "gcp:filestore/instance:Instance",
+        "gcp:projects/service:Service",
+        "gpu-k8s:gcp:FilestoreSharedStorage",
+        "kubernetes:helm.sh/v3:Release",
+        "kubernetes:storage.k8s.io/v1:StorageClass",
+    ]

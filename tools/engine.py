@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import ipaddress
 import json
 import logging
 import runpy
@@ -232,6 +233,14 @@ class RealisticMocks(pulumi_mocks.Mocks):
                 else f"34.{octets[0]}.{octets[1]}.{octets[2]}"
             )
             return f"projects/{project}/regions/{outputs['region']}/addresses/{outputs['name']}"
+        if token == "gcp:filestore/instance:Instance":
+            # Filestore takes the instance's address from its reserved range (the first host address
+            # here; which one it takes is Filestore's choice).
+            networks = [dict(network) for network in outputs["networks"]]
+            first_host = next(ipaddress.IPv4Network(networks[0]["reservedIpRange"]).hosts())
+            networks[0]["ipAddresses"] = [str(first_host)]
+            outputs["networks"] = networks
+            return f"projects/{project}/locations/{outputs['location']}/instances/{outputs['name']}"
         if kind == "HmacKey":
             # A service account's HMAC key: a 61-character access id starting GOOG1E, a 40-character secret.
             outputs["accessId"] = "GOOG1E" + _fake_hex(name, 55).upper()
@@ -378,6 +387,9 @@ class RealisticMocks(pulumi_mocks.Mocks):
                     "clusterSecurityGroupId": f"sg-{_fake_hex(name, 17)}",
                 },
             }, []
+        if args.token == "gcp:compute/getSubnetwork:getSubnetwork":
+            # An existing subnet's primary range; this one is made up.
+            return {**args.args, "ipCidrRange": "10.128.0.0/20"}, []
         if args.token == "gcp:organizations/getProject:getProject":
             project = args.args.get("projectId") or self.project
             return {"projectId": project, "number": "123456789012", "name": project, "id": project}, []

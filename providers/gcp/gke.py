@@ -36,6 +36,7 @@ from gpu_k8s.providers.gcp.machines import CLOUD_PLATFORM_SCOPE, boot_disk_type,
 from gpu_k8s.providers.gcp.network import Network
 from gpu_k8s.providers.gcp.services import enabled_services
 from gpu_k8s.providers.gcp.settings import COMPACT, FILESTORE_STORAGE, GkeClusterSpec, GkeSpec
+from gpu_k8s.providers.gcp.shared_storage import FILESTORE_API
 
 # GKE's managed driver install is finished by an init container of GKE's own device-plugin DaemonSet, so
 # GKE's plugin stays on (never the `gke-no-default-nvidia-gpu-device-plugin` label: a labelled pool with the
@@ -72,8 +73,6 @@ REQUIRED_APIS = (
     "container.googleapis.com",
     "iam.googleapis.com",
 )
-# Filestore CSI needs the Cloud Filestore API (GKE docs, Filestore CSI driver, "Before you begin").
-FILESTORE_API = "file.googleapis.com"
 FILESTORE_PROVISIONER = "filestore.csi.storage.gke.io"
 
 

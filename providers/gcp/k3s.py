@@ -69,7 +69,12 @@ from gpu_k8s.providers.gcp.machines import (
 from gpu_k8s.providers.gcp.network import Network
 from gpu_k8s.providers.gcp.pd_csi import PROVISIONER, PdCsiDriver, custom_role_permissions, pd_csi_manifests
 from gpu_k8s.providers.gcp.services import enabled_services
-from gpu_k8s.providers.gcp.settings import GceK3sClusterSpec
+from gpu_k8s.providers.gcp.settings import FILESTORE_STORAGE, GceK3sClusterSpec
+from gpu_k8s.providers.gcp.shared_storage import (
+    FILESTORE_API,
+    FilestoreSharedStorage,
+    FilestoreSharedStorageArgs,
+)
 
 REQUIRED_APIS = ("compute.googleapis.com", "iam.googleapis.com", "secretmanager.googleapis.com")
 FLANNEL_VXLAN_PORT = 8472
@@ -242,7 +247,10 @@ class GcpK3sCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: GcpK3sClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-k8s:gcp:K3sCluster", name, None, opts)
         spec, child = args.spec, pulumi.ResourceOptions(parent=self)
-        apis = enabled_services(name, args.project, REQUIRED_APIS, self)
+        shares_filestore = spec.storage.shared == FILESTORE_STORAGE
+        apis = enabled_services(
+            name, args.project, [*REQUIRED_APIS, *([FILESTORE_API] if shares_filestore else [])], self
+        )
         network = Network(
             f"{name}-network",
             spec.name,
@@ -383,6 +391,23 @@ class GcpK3sCluster(pulumi.ComponentResource):
             self,
             [pd_csi],
         )
+        shared_storage = None
+        if shares_filestore:
+            shared_storage = FilestoreSharedStorage(
+                f"{name}-filestore",
+                FilestoreSharedStorageArgs(
+                    network,
+                    args.region,
+                    spec.network.zones[0],
+                    spec.storage.filestore_range,
+                    apis[FILESTORE_API],
+                    {POOL_LABEL: SYSTEM_POOL_NAME},
+                    args.traits.system_tolerations,
+                    k8s_provider,
+                    system_ready,
+                ),
+                opts=child,
+            ).summary
         K3sUpgrades(
             f"{name}-upgrades",
             spec.k3s.version,
@@ -400,6 +425,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
             traits=args.traits,
             system_ready=system_ready,
             system_nodes=len(servers),
+            shared_storage=shared_storage,
         )
         self.register_outputs({"apiEndpoint": api_address.address, "kubeconfig": control_plane.kubeconfig})
 

@@ -12,8 +12,21 @@ from typing import ClassVar, Literal
 
 from gpu_k8s.components.catalog import N1_MACHINE, Catalog, MachineType
 from gpu_k8s.components.configbase import ConfigIssue, StrictModel, config_path
-from gpu_k8s.components.k3s.settings import POD_AND_SERVICE_RANGE_KEYS, K3sClusterSpec, overlay_issues
-from gpu_k8s.components.spec import ClusterSpec, GpuPoolSpec, NetworkSettings, PoolRules, cidr_issue
+from gpu_k8s.components.k3s.settings import (
+    K3S_CLUSTER_CIDR,
+    K3S_SERVICE_CIDR,
+    POD_AND_SERVICE_RANGE_KEYS,
+    K3sClusterSpec,
+    overlay_issues,
+)
+from gpu_k8s.components.spec import (
+    ClusterSpec,
+    GpuPoolSpec,
+    NetworkSettings,
+    PoolRules,
+    StorageSpec,
+    cidr_issue,
+)
 
 GCP_ZONE = re.compile(r"^([a-z]+-[a-z]+\d+)-[a-z]$")
 
@@ -181,6 +194,9 @@ class GcpPoolRules(PoolRules):
 
 GCP_POOL_RULES = GcpPoolRules("gcp")
 FILESTORE_STORAGE = "filestore"
+# pulumi-gcp InstanceNetwork `reserved_ip_range`: "A /29 CIDR block" (the basic tiers').
+FILESTORE_RANGE_PREFIX = 29
+DEFAULT_FILESTORE_RANGE = "10.44.0.0/29"
 
 
 class GcpClusterSpec(ClusterSpec):
@@ -210,19 +226,29 @@ class GkeClusterSpec(GcpClusterSpec):
     }
 
 
+class GceK3sStorageSpec(StorageSpec):
+    """`storage` on gcp-k3s: the shared file system, and the range its Filestore instance takes."""
+
+    # The /29 a basic-tier Filestore instance takes its address from (pulumi-gcp InstanceNetwork
+    # `reserved_ip_range`). Set, not left to Filestore: it sees the VPC's subnets but not k3s's pod and
+    # service ranges, which only the nodes route. Immutable: changing it replaces the instance and its data
+    # (`networks` is `immutable` in magic-modules mmv1/products/filestore/Instance.yaml).
+    filestore_range: str = DEFAULT_FILESTORE_RANGE
+
+
 class GceK3sClusterSpec(K3sClusterSpec, GcpClusterSpec):
     """k3s on Compute Engine VMs: servers in the system pool, agents in zonal GPU instance groups."""
 
     network: GcpNetwork
+    storage: GceK3sStorageSpec = GceK3sStorageSpec()
 
     subnet_has_pod_ranges: ClassVar[bool] = False
-    # Upstream ships the self-managed driver only as kustomize manifests that authenticate with a service
-    # account key, and the image of its newest release (v1.13.1) is not in the stored promotion files
-    # (upstream-charts MANIFEST), so nothing here can pin it.
-    no_shared_storage: ClassVar[str] = (
-        "the self-managed Filestore CSI driver needs a service-account key and has no pinnable image "
-        "for its newest release; GKE runs it as an add-on (kind: gke)"
-    )
+    # GKE's Filestore driver needs a service-account key off GKE and has no pinnable image for its newest
+    # release (upstream-charts MANIFEST), so the stack makes one Filestore instance itself and serves its
+    # share through the NFS CSI driver.
+    shared_storage: ClassVar[Mapping[str, str]] = {
+        FILESTORE_STORAGE: "one Filestore instance on the cluster's VPC, through the NFS CSI driver"
+    }
     # The pulumi-gcp ResourcePolicy docs say a COLLOCATED policy needs vmCount and that exactly that many VMs
     # be created at once, which an instance group growing from zero never does; Google's AI Hypercomputer
     # docs place A3-class VMs in a group by workload policies instead.
@@ -235,6 +261,41 @@ class GceK3sClusterSpec(K3sClusterSpec, GcpClusterSpec):
     def network_issues(self) -> Iterable[ConfigIssue]:
         yield from super().network_issues()
         yield from overlay_issues(self.network.cidr)
+
+    def platform_issues(self) -> Iterable[ConfigIssue]:
+        yield from super().platform_issues()
+        yield from filestore_range_issues(self)
+
+
+def filestore_range_issues(spec: GceK3sClusterSpec) -> Iterable[ConfigIssue]:
+    """The Filestore range must be a private /29 that neither the subnet nor k3s's overlay uses, and is
+    only read with `storage.shared: filestore`."""
+    path = config_path("storage", "filestoreRange")
+    value = spec.storage.filestore_range
+    if "filestore_range" in spec.storage.model_fields_set and spec.storage.shared != FILESTORE_STORAGE:
+        yield ConfigIssue(path, value, "is only used with storage.shared: filestore", "remove it")
+        return
+    issue = cidr_issue(path, value)
+    if issue is not None:
+        yield issue
+        return
+    network = ipaddress.IPv4Network(value)
+    if network.prefixlen != FILESTORE_RANGE_PREFIX or not network.is_private:
+        yield ConfigIssue(
+            path,
+            value,
+            f"a basic-tier Filestore instance takes a private /{FILESTORE_RANGE_PREFIX}",
+            f"use a private /{FILESTORE_RANGE_PREFIX}, e.g. {DEFAULT_FILESTORE_RANGE}",
+        )
+        return
+    taken = [(K3S_CLUSTER_CIDR, "k3s's pod range"), (K3S_SERVICE_CIDR, "k3s's service range")]
+    if spec.network.cidr is not None and cidr_issue("", spec.network.cidr) is None:
+        taken.append((spec.network.cidr, "network.cidr"))
+    for cidr, what in taken:
+        if network.overlaps(ipaddress.IPv4Network(cidr)):
+            yield ConfigIssue(
+                path, value, f"overlaps {what} {cidr}", "pick a private /29 outside both, e.g. 10.44.0.0/29"
+            )
 
 
 def zone_issues(where: tuple[str | int, ...], zones: Iterable[str]) -> Iterable[ConfigIssue]:
