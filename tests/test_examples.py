@@ -183,24 +183,40 @@ def test_a_cluster_on_an_unsupported_kubernetes_is_refused_before_any_node_group
     assert "runs Kubernetes 1.31" in issue.problem
 
 
-DDP_TRAINING = REPO_ROOT / "examples" / "ddp-training" / "jobset.yaml"
+DDP_TRAINING = REPO_ROOT / "examples" / "ddp-training"
+# Each JobSet of the example and the aws-eks pool whose queue it names.
+DDP_JOBSETS = {"jobset.yaml": "l40s", "jobset-efa.yaml": "h100-train"}
 
 
-def test_the_ddp_jobset_passes_the_pinned_jobset_crd_strictly():
+def ddp_jobset(file_name: str) -> dict[str, Any]:
+    return yaml.safe_load((DDP_TRAINING / file_name).read_text())
+
+
+def worker_pod(jobset: dict[str, Any]) -> dict[str, Any]:
+    (workers,) = jobset["spec"]["replicatedJobs"]
+    return workers["template"]["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("file_name", sorted(DDP_JOBSETS))
+def test_the_ddp_jobsets_pass_the_pinned_jobset_crd_strictly(file_name):
     from tests.test_charts import crd_schemas, validate_custom_resource
 
     crd_file = REPO_ROOT / "upstream" / "charts" / "jobset-0.12.0" / "crds" / "jobset.x-k8s.io_jobsets.yaml"
-    crd = yaml.safe_load(crd_file.read_text())
-    schemas = crd_schemas([crd])
-    config_map, jobset = yaml.safe_load_all(DDP_TRAINING.read_text())
+    schemas = crd_schemas([yaml.safe_load(crd_file.read_text())])
+    jobset = ddp_jobset(file_name)
     validate_custom_resource(jobset, schemas)
+    config_map = yaml.safe_load((DDP_TRAINING / "ddp-check.yaml").read_text())
     kubernetes_validate.validate(config_map, "1.35.0", strict=True)
-    mount = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["volumes"][0]
-    assert mount["configMap"]["name"] == config_map["metadata"]["name"]
+    script = next(v for v in worker_pod(jobset)["volumes"] if "configMap" in v)
+    assert script["configMap"]["name"] == config_map["metadata"]["name"]
+    assert config_map["metadata"]["namespace"] == jobset["metadata"]["namespace"]
 
 
-def test_kueue_can_admit_the_ddp_jobset_whole_on_the_aws_eks_stack(aws_eks):
-    _, jobset = yaml.safe_load_all(DDP_TRAINING.read_text())
+@pytest.mark.parametrize(("file_name", "pool_name"), sorted(DDP_JOBSETS.items()))
+def test_kueue_can_admit_each_ddp_jobset_whole_on_the_aws_eks_stack(aws_eks, file_name, pool_name):
+    """Both workers fit the queue of the pool the JobSet names, for every resource the queue counts, and
+    each worker fits one node of that pool."""
+    jobset = ddp_jobset(file_name)
     queue_name = jobset["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
     namespace = jobset["metadata"]["namespace"]
     local_queues = {
@@ -208,21 +224,60 @@ def test_kueue_can_admit_the_ddp_jobset_whole_on_the_aws_eks_stack(aws_eks):
         for r in aws_eks.by_type("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue")
     }
     cluster_queue = local_queues[namespace, queue_name]
+    assert cluster_queue == pool_name
     (queue,) = [
         r
         for r in aws_eks.by_type("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")
         if r.inputs["metadata"]["name"] == cluster_queue
     ]
     quota = {
-        resource["name"]: resource["nominalQuota"]
+        resource["name"]: int(resource["nominalQuota"])
         for resource in queue.inputs["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     }
     (workers,) = jobset["spec"]["replicatedJobs"]
-    pod = workers["template"]["spec"]["template"]["spec"]
-    gpus_per_pod = pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+    pod = worker_pod(jobset)
+    limits = pod["containers"][0]["resources"]["limits"]
     pods = workers["template"]["spec"]["parallelism"]
-    assert pods == 2 and pods * gpus_per_pod <= quota["nvidia.com/gpu"]
+    assert pods == 2
     pool = next(p for p in aws_eks.outputs["gpuPools"] if p["name"] == cluster_queue)
-    assert gpus_per_pod <= pool["slotsPerNode"]
+    for resource, total in quota.items():
+        # A pod asking for none of a counted resource (no EFA on l40s) needs none of it.
+        per_pod = int(limits.get(resource, 0))
+        assert pods * per_pod <= total, resource
+        assert per_pod <= total // pool["maxNodes"], resource  # one node's share
+    assert limits["nvidia.com/gpu"] <= pool["slotsPerNode"]
     # Kueue brings the pool's node selector and tolerations (its ResourceFlavor); the manifest names neither.
     assert "nodeSelector" not in pod and "tolerations" not in pod
+
+
+def test_the_efa_jobset_takes_a_whole_p5_node_and_only_nccl_over_efa(aws_eks):
+    """Each worker asks for its node's 8 GPUs and 32 EFA interfaces (the quota the pool's queue counts) and
+    huge pages within what an EFA node advertises; NCCL may use the AWS OFI plugin only, so a missing EFA
+    fails the job instead of running it over TCP; the 8 local ranks get a /dev/shm larger than 64 MiB."""
+    from gpu_k8s.providers.aws.autoscaling import EFA_HUGE_PAGES_RESOURCE
+
+    pod = worker_pod(ddp_jobset("jobset-efa.yaml"))
+    (container,) = pod["containers"]
+    limits = container["resources"]["limits"]
+    pool = next(p for p in aws_eks.outputs["gpuPools"] if p["name"] == "h100-train")
+    assert pool["interconnect"] == "efa"
+    assert limits["nvidia.com/gpu"] == pool["slotsPerNode"] == 8
+    assert limits["vpc.amazonaws.com/efa"] == 32
+    # What a scale-from-zero p5 node advertises (the pool's Auto Scaling group tags).
+    tags = {
+        t.inputs["tag"]["key"]: t.inputs["tag"]["value"]
+        for t in aws_eks.by_type("aws:autoscaling/tag:Tag")
+        if t.name.startswith("ml-gpu-h100-train-")
+    }
+    advertised = tags[f"k8s.io/cluster-autoscaler/node-template/resources/{EFA_HUGE_PAGES_RESOURCE}"]
+    assert _mebibytes(limits[EFA_HUGE_PAGES_RESOURCE]) <= _mebibytes(advertised)
+    assert tags["k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa"] == "32"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NCCL_NET"] == "AWS Libfabric"
+    shm = next(m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm")
+    assert next(v for v in pod["volumes"] if v["name"] == shm["name"])["emptyDir"] == {"medium": "Memory"}
+
+
+def _mebibytes(quantity: str) -> int:
+    assert quantity.endswith("Mi"), quantity
+    return int(quantity.removesuffix("Mi"))
