@@ -44,6 +44,18 @@ def aws_k3s(aws_k3s_config: dict[str, Any]) -> Recording:
     return run_program("aws-k3s", aws_k3s_config)
 
 
+# A multi-node training pool added to the aws-k3s stack: p5.48xlarge nodes with their 32 EFA interfaces.
+AWS_K3S_EFA_POOL = {"name": "train", "instanceType": "p5.48xlarge", "maxNodes": 2, "interconnect": "efa"}
+
+
+@pytest.fixture(scope="session")
+def aws_k3s_efa(aws_k3s_config: dict[str, Any]) -> Recording:
+    """The aws-k3s stack with `AWS_K3S_EFA_POOL` added (same stack name: URNs compare with `aws_k3s`)."""
+    config = copy.deepcopy(aws_k3s_config)
+    config["gpu-k8s:cluster"]["gpuPools"].append(AWS_K3S_EFA_POOL)
+    return run_program("aws-k3s", config)
+
+
 @pytest.fixture(scope="session")
 def gcp_gke_config() -> dict[str, Any]:
     return stack_config(STACKS / "Pulumi.gcp-gke.yaml")

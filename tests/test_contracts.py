@@ -269,6 +269,32 @@ def test_ec2_values_are_members_of_botocore_enums(aws_eks, ec2_model):
             assert spec["resourceType"] in enum(ec2_model, "ResourceType")
 
 
+# Pulumi's launch-template network interface keys and the EC2 API members they become (security groups are
+# `Groups` in the API).
+INTERFACE_MEMBERS = {"securityGroups": "Groups"}
+
+
+def test_efa_launch_templates_and_placement_groups_are_what_ec2_takes(aws_eks, aws_k3s_efa, ec2_model):
+    """Every EFA interface key is a member of EC2's launch-template interface request, and the placement
+    strategy one of EC2's, on EKS and on k3s agents."""
+    members = set(ec2_model.shape_for("LaunchTemplateInstanceNetworkInterfaceSpecificationRequest").members)
+    templates = [
+        t
+        for recording in (aws_eks, aws_k3s_efa)
+        for t in recording.by_type("aws:ec2/launchTemplate:LaunchTemplate")
+        if "networkInterfaces" in t.inputs
+    ]
+    for template in some(templates, at_least=2):
+        for interface in template.inputs["networkInterfaces"]:
+            keys = {INTERFACE_MEMBERS.get(key, key[0].upper() + key[1:]) for key in interface}
+            assert keys <= members, keys - members
+            assert interface["interfaceType"] == "efa"
+    placements = [*aws_eks.by_type("aws:ec2/placementGroup:PlacementGroup")]
+    placements += aws_k3s_efa.by_type("aws:ec2/placementGroup:PlacementGroup")
+    for placement in some(placements, at_least=2):
+        assert placement.inputs["strategy"] in enum(ec2_model, "PlacementStrategy")
+
+
 def serious_findings(document: str, trust_policy: bool) -> list[tuple[str, str, Any]]:
     """Parliament findings of any severity, stricter than the medium-or-above bar: parliament rates an
     unknown action LOW, and a typo in an action is exactly what this must catch. Two findings are

@@ -1,6 +1,7 @@
-"""`gpuPools[].interconnect: efa` on EKS: the launch template's EFA interfaces, one zone and a cluster
-placement group, what scale-from-zero and the pool's queue know about the interfaces, the EFA device plugin,
-and the refusals where EFA cannot be had."""
+"""`gpuPools[].interconnect: efa` on EKS and on k3s agents: the launch template's EFA interfaces, one zone and
+a cluster placement group, what scale-from-zero and the pool's queue know about the interfaces, the EFA
+device plugin, on k3s the EFA security group and the node's huge pages and locked-memory limit, and the
+refusals where EFA cannot be had."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import copy
 from typing import Any
 
 import pytest
+import yaml
 
 from gpu_k8s.tools.engine import Recording, run_program
-from tests.conftest import assert_refused_before_any_resource, set_path, some
+from tests.conftest import AWS_K3S_EFA_POOL, assert_refused_before_any_resource, set_path, some
 
 POOL = "ml-gpu-h100-train"
 EFA = "vpc.amazonaws.com/efa"
@@ -73,7 +75,7 @@ def test_the_efa_device_plugin_tolerates_the_efa_pools(aws_eks, gcp_gke, aws_k3s
     release = aws_eks.by_name("ml-efa-device-plugin-release").inputs
     assert (release["chart"], release["version"]) == ("aws-efa-k8s-device-plugin", "v0.5.30")
     assert release["values"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
-    for without_efa in (gcp_gke, aws_k3s):
+    for without_efa in (gcp_gke, aws_k3s):  # the aws-k3s example stack has no EFA pool
         assert not [r for r in without_efa.registrations if "efa-device-plugin" in r.name]
     for name in ("ml-gpu-l40s-lt", "ml-gpu-h100-lt"):
         assert "networkInterfaces" not in aws_eks.by_name(name).inputs
@@ -137,7 +139,7 @@ def test_efa_where_it_cannot_be_had_is_refused(aws_eks_config, mutation, path, w
     assert_refused_before_any_resource(aws_eks_config, mutation, path, words)
 
 
-def test_efa_is_refused_on_gcp_and_on_k3s_agents(gcp_gke_config, aws_k3s_config):
+def test_efa_is_refused_on_gcp_and_on_k3s_types_without_it(gcp_gke_config, aws_k3s_config):
     assert_refused_before_any_resource(
         gcp_gke_config,
         set_path("gpuPools.0.interconnect", "efa"),
@@ -146,7 +148,117 @@ def test_efa_is_refused_on_gcp_and_on_k3s_agents(gcp_gke_config, aws_k3s_config)
     )
     assert_refused_before_any_resource(
         aws_k3s_config,
-        _with_pool(instanceType="p5.48xlarge", interconnect="efa"),
+        _with_pool(instanceType="g5.xlarge", interconnect="efa"),
         "gpu-k8s:cluster.gpuPools[0].interconnect",
-        ("EFA on k3s agents is not built yet",),
+        ("g5.xlarge has no EFA",),
     )
+
+
+# --- k3s agents -------------------------------------------------------------------------------------------
+
+K3S_POOL = "ml-gpu-train"
+
+
+def k3s_groups(recording: Recording) -> dict[str, Any]:
+    return {r.name: r for r in recording.by_type("aws:ec2/securityGroup:SecurityGroup")}
+
+
+def test_k3s_efa_interfaces_carry_the_efa_group_and_the_primary_the_nodes_group_too(aws_k3s_efa):
+    """Every EFA needs the group that admits EFA traffic; the node's own traffic (k3s ports, the cloud
+    controller's balancers) uses the primary, which also carries the `nodes` group."""
+    template = aws_k3s_efa.by_name(f"{K3S_POOL}-lt").inputs
+    interfaces = template["networkInterfaces"]
+    assert [i["networkCardIndex"] for i in interfaces] == list(range(32))
+    assert [i["deviceIndex"] for i in interfaces] == [0] + [1] * 31
+    assert {i["interfaceType"] for i in interfaces} == {"efa"}
+    groups = k3s_groups(aws_k3s_efa)
+    nodes, efa = groups["ml-nodes-sg"].id, groups["ml-efa-sg"].id
+    assert interfaces[0]["securityGroups"] == [nodes, efa]
+    assert all(i["securityGroups"] == [efa] for i in interfaces[1:])
+    assert "vpcSecurityGroupIds" not in template
+    # One zone: the interfaces and the pool's one Auto Scaling group are in the same private subnet.
+    (group,) = [g for g in aws_k3s_efa.by_type("aws:autoscaling/group:Group") if g.name.startswith(K3S_POOL)]
+    assert group.inputs["maxSize"] == 2
+    assert {i["subnetId"] for i in interfaces} == set(group.inputs["vpcZoneIdentifiers"])
+    placement = aws_k3s_efa.by_name(f"{K3S_POOL}-placement")
+    assert placement.inputs["strategy"] == "cluster"
+    assert template["placement"] == {"groupName": placement.outputs["name"]}
+    assert placement.urn in aws_k3s_efa.by_name(f"{K3S_POOL}-lt").dependencies
+
+
+def test_the_k3s_efa_group_is_open_to_itself_only_and_not_the_controllers(aws_k3s_efa):
+    """All traffic in and out between EFA interfaces (EC2: OS bypass needs it), nothing from or to anywhere
+    else; no cluster tag, so the AWS cloud controller never adds balancer rules to it."""
+    efa = k3s_groups(aws_k3s_efa)["ml-efa-sg"]
+    assert not any(key.startswith("kubernetes.io/cluster/") for key in efa.inputs["tags"])
+    rules = [
+        r
+        for r in aws_k3s_efa.registrations
+        if r.type.startswith("aws:vpc/securityGroup") and r.inputs["securityGroupId"] == efa.id
+    ]
+    assert sorted((r.type.rsplit(":", 1)[1], r.inputs["ipProtocol"]) for r in rules) == [
+        ("SecurityGroupEgressRule", "-1"),
+        ("SecurityGroupIngressRule", "-1"),
+    ]
+    assert all(r.inputs["referencedSecurityGroupId"] == efa.id and "cidrIpv4" not in r.inputs for r in rules)
+
+
+def test_a_k3s_efa_node_reserves_the_huge_pages_its_template_advertises(aws_k3s_efa):
+    """The agent's kernel reserves 5128 huge pages before k3s starts, the kubelet reports them, and a pool
+    at zero shows the autoscaler exactly that much (`hugepages-2Mi` = 5128 x 2Mi) next to its 32 EFAs. k3s
+    (and so containerd and every container) runs without a locked-memory cap."""
+    import base64
+
+    from gpu_k8s.components.k3s.cloudinit import AGENT_POOL_UNIT_DROP_IN, POOL_SYSCTL_FILE
+
+    user_data = yaml.safe_load(base64.b64decode(aws_k3s_efa.by_name(f"{K3S_POOL}-lt").inputs["userData"]))
+    files = {f["path"]: f["content"] for f in user_data["write_files"]}
+    assert files[POOL_SYSCTL_FILE] == "vm.nr_hugepages=5128\n"
+    assert files[AGENT_POOL_UNIT_DROP_IN] == "[Service]\nLimitMEMLOCK=infinity\n"
+    (group,) = [g for g in aws_k3s_efa.by_type("aws:autoscaling/group:Group") if g.name.startswith(K3S_POOL)]
+    tags = {
+        t["key"].rsplit("/resources/", 1)[1]: t["value"]
+        for t in group.inputs["tags"]
+        if "/resources/" in t["key"]
+    }
+    assert tags[EFA] == "32"
+    assert tags["hugepages-2Mi"] == f"{5128 * 2}Mi"
+    # Pools without EFA get neither.
+    other = yaml.safe_load(base64.b64decode(aws_k3s_efa.by_name("ml-gpu-l4-lt").inputs["userData"]))
+    assert not {POOL_SYSCTL_FILE, AGENT_POOL_UNIT_DROP_IN} & {f["path"] for f in other["write_files"]}
+
+
+def test_k3s_runs_the_efa_device_plugin_tolerating_the_efa_pool(aws_k3s_efa):
+    release = aws_k3s_efa.by_name("ml-efa-device-plugin-release").inputs
+    assert (release["chart"], release["version"]) == ("aws-efa-k8s-device-plugin", "v0.5.30")
+    assert release["values"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+
+
+def test_adding_an_efa_pool_to_a_running_k3s_cluster_changes_nothing_it_has(aws_k3s, aws_k3s_efa):
+    """Day 2: the servers, the other pools' templates and groups and the `nodes` group keep their inputs;
+    the EFA group, its rules, the pool and the device plugin are new."""
+    before = {r.urn: r for r in aws_k3s.registrations}
+    after = {r.urn: r for r in aws_k3s_efa.registrations}
+    assert set(before) <= set(after)
+    changed = [urn for urn, r in before.items() if after[urn].inputs != r.inputs]
+    # Only the device plugin's configs, which gain the new pool's (as for any new pool); the autoscaler
+    # finds the new group by its tags.
+    assert [before[urn].name for urn in changed] == ["ml-gpu-operator-device-plugin-config"]
+    (urn,) = changed
+    configs_before, configs_after = before[urn].inputs["data"], after[urn].inputs["data"]
+    assert set(configs_after) - set(configs_before) == {"train"}
+    assert {key: configs_after[key] for key in configs_before} == configs_before
+    added = {after[urn].name for urn in set(after) - set(before)}
+    assert {"ml-efa-sg", "ml-efa-in", "ml-efa-out", f"{K3S_POOL}-lt", f"{K3S_POOL}-placement"} <= added
+    assert "ml-efa-device-plugin-release" in added
+
+
+def test_a_k3s_efa_pool_in_a_capacity_block_keeps_the_blocks_placement(aws_k3s_config):
+    config = copy.deepcopy(aws_k3s_config)
+    config["gpu-k8s:cluster"]["gpuPools"].append(
+        {**AWS_K3S_EFA_POOL, "capacityReservationId": "cr-02168da1478b509e0"}
+    )
+    recording = run_program("aws-k3s", config)
+    assert not recording.by_type("aws:ec2/placementGroup:PlacementGroup")
+    template = recording.by_name(f"{K3S_POOL}-lt").inputs
+    assert len(template["networkInterfaces"]) == 32 and "placement" not in template

@@ -63,8 +63,8 @@ def secret_payload(recording: Recording, resource_name: str) -> str:
     return revealed(inputs.get("secretString") or inputs.get("secretData"))
 
 
-def aws_agent_scenario(aws_k3s: Recording, **changes: Any) -> Scenario:
-    user_data = base64.b64decode(aws_k3s.by_name("ml-gpu-l4-lt").inputs["userData"]).decode()
+def aws_agent_scenario(aws_k3s: Recording, template: str = "ml-gpu-l4-lt", **changes: Any) -> Scenario:
+    user_data = base64.b64decode(aws_k3s.by_name(template).inputs["userData"]).decode()
     return Scenario(
         cloud="aws",
         user_data=user_data,
@@ -272,6 +272,20 @@ def test_aws_agent_uses_imdsv2_only(aws_agent_boot):
         "/latest/meta-data/instance-id",
         "/latest/meta-data/iam/security-credentials/",
     }
+
+
+def test_an_efa_agent_reserves_its_huge_pages_and_lifts_the_memlock_cap_before_k3s_starts(
+    aws_k3s_efa, tmp_path
+):
+    """The pool's kernel settings are applied with the kubelet's, before the install starts k3s (the
+    kubelet reports the huge pages it finds at start), and k3s-agent's unit gets its drop-in first."""
+    from gpu_k8s.components.k3s.cloudinit import AGENT_POOL_UNIT_DROP_IN
+
+    result = boot(aws_agent_scenario(aws_k3s_efa, "ml-gpu-train-lt"), tmp_path)
+    assert result.exit_code == 0, result.console
+    assert_kernel_settings_applied_before_k3s(result)
+    assert "vm.nr_hugepages=5128" in result.records["fakes"]["sysctl-files"].split()
+    assert result.file(AGENT_POOL_UNIT_DROP_IN).read_text() == "[Service]\nLimitMEMLOCK=infinity\n"
 
 
 def test_gce_agent_boots_with_its_instance_facts_and_reads_its_secret_once(gce_agent_boot):

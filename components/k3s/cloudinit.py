@@ -31,6 +31,7 @@ AUDIT_POLICY_FILE = f"{SERVER_DIR}/audit.yaml"
 AUDIT_LOG_DIR = f"{SERVER_DIR}/logs"
 ADMISSION_CONFIG_FILE = f"{SERVER_DIR}/psa.yaml"
 SYSCTL_FILE = "/etc/sysctl.d/90-kubelet.conf"
+POOL_SYSCTL_FILE = "/etc/sysctl.d/91-gpu-k8s-pool.conf"
 LIB_DIR = "/usr/local/lib/gpu-k8s"
 NODE_FACTS_FILE = f"{LIB_DIR}/node-facts.sh"
 FETCH_FILE = f"{LIB_DIR}/fetch-secret.py"
@@ -60,6 +61,7 @@ while ip rule del "${{rule[@]}}" 2> /dev/null; do :; done
 ip rule add "${{rule[@]}}" prohibit priority 100
 """
 AGENT_UNIT_DROP_IN = "/etc/systemd/system/k3s-agent.service.d/10-gpu-k8s-pod-metadata.conf"
+AGENT_POOL_UNIT_DROP_IN = "/etc/systemd/system/k3s-agent.service.d/20-gpu-k8s-pool.conf"
 NETWORKD_DROP_IN = "/etc/systemd/networkd.conf.d/90-gpu-k8s.conf"
 INSTALL_FILE = f"{LIB_DIR}/k3s-install.sh"
 API_PORT = 6443
@@ -173,6 +175,12 @@ class AgentNode:
     kubelet_config: Mapping[str, Any] = field(default_factory=dict)
     # As for ServerNode: must be the same on every node of a cluster.
     external_cloud_provider: bool = False
+    # Kernel settings the pool's hardware needs (e.g. huge pages for EFA), applied with the kubelet's before
+    # k3s starts, so the kubelet finds them when it reports the node's resources.
+    sysctls: Mapping[str, str] = field(default_factory=dict)
+    # Settings of k3s-agent's systemd [Service] section; containerd, a child of k3s, and so every container
+    # inherits its resource limits (e.g. LimitMEMLOCK for EFA's memory registration).
+    service_settings: Mapping[str, str] = field(default_factory=dict)
 
 
 def server_secret_payload(
@@ -480,4 +488,9 @@ def agent_cloud_config(node: AgentNode, bootstrap: NodeBootstrap) -> str:
     ]
     if node.kubelet_config:
         files.append(_file(KUBELET_CONFIG_DROP_IN, _yaml(kubelet_config_drop_in(node.kubelet_config))))
+    if node.sysctls:
+        files.append(_file(POOL_SYSCTL_FILE, "".join(f"{k}={v}\n" for k, v in node.sysctls.items()), "0644"))
+    if node.service_settings:
+        settings = "".join(f"{key}={value}\n" for key, value in node.service_settings.items())
+        files.append(_file(AGENT_POOL_UNIT_DROP_IN, f"[Service]\n{settings}", "0644"))
     return _cloud_config(files)

@@ -70,7 +70,8 @@ def asg_tag_issues(
 # "Amazon EC2 instances with the EFA driver installed pre-allocate 5128 2MiB Huge Pages" (EKS user guide,
 # node-efa.adoc, awsdocs/amazon-eks-user-guide 4d52b4d): 5128 x 2 MiB.
 EFA_HUGE_PAGES_RESOURCE = "hugepages-2Mi"
-EFA_HUGE_PAGES = f"{5128 * 2}Mi"
+EFA_HUGE_PAGE_COUNT = 5128
+EFA_HUGE_PAGES = f"{EFA_HUGE_PAGE_COUNT * 2}Mi"
 
 
 def aws_node_template(pool: GpuPool, cluster_unneeded_time: str) -> NodeTemplate:

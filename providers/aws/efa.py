@@ -12,16 +12,29 @@ import pulumi
 
 from gpu_k8s.components.cluster import GpuCluster, GpuPool
 from gpu_k8s.components.helm import helm_release
+from gpu_k8s.providers.aws.autoscaling import EFA_HUGE_PAGE_COUNT
 from gpu_k8s.providers.aws.settings import EFA_RESOURCE
 
 EFA_PLUGIN_CHART = "aws-efa-k8s-device-plugin"
 EFA_PLUGIN_CHART_VERSION = "v0.5.30"
 EKS_CHARTS_REPOSITORY = "https://aws.github.io/eks-charts"
 EFA_PLUGIN_NAMESPACE = "kube-system"
+# What the EFA installer sets up on an EKS AMI, set here on a k3s agent (Ubuntu's kernel has the EFA driver:
+# amzn-drivers kernel/linux/efa README, "Driver distribution"; the containers bring libfabric and the NCCL
+# plugin): the huge pages the EKS user guide says EFA nodes pre-allocate, and no cap on locked memory, which
+# libfabric's memory registration needs and containers inherit from k3s (the EFA installer lifts it for
+# every user; that it does is recalled, not confirmed here).
+EFA_AGENT_SYSCTLS = {"vm.nr_hugepages": str(EFA_HUGE_PAGE_COUNT)}
+EFA_AGENT_SERVICE_SETTINGS = {"LimitMEMLOCK": "infinity"}
+
+
+def efa_interfaces(pool: GpuPool) -> int:
+    """How many EFA interfaces a node of the pool gets (0: the pool has no EFA)."""
+    return pool.interconnect_resources.get(EFA_RESOURCE, 0)
 
 
 def efa_pools(pools: Sequence[GpuPool]) -> list[GpuPool]:
-    return [pool for pool in pools if EFA_RESOURCE in pool.interconnect_resources]
+    return [pool for pool in pools if efa_interfaces(pool)]
 
 
 def efa_plugin_values(pools: Sequence[GpuPool]) -> dict[str, Any]:

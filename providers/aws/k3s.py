@@ -50,6 +50,13 @@ from gpu_k8s.providers.aws.autoscaling import (
     zone_limits,
 )
 from gpu_k8s.providers.aws.backups import SnapshotBucket, snapshot_access_policy
+from gpu_k8s.providers.aws.efa import (
+    EFA_AGENT_SERVICE_SETTINGS,
+    EFA_AGENT_SYSCTLS,
+    efa_interfaces,
+    efa_pools,
+    install_efa_device_plugin,
+)
 from gpu_k8s.providers.aws.iam import (
     EFS_CSI_POLICIES,
     MANAGED,
@@ -64,8 +71,12 @@ from gpu_k8s.providers.aws.location import aws_provider, cluster_tags, region_fr
 from gpu_k8s.providers.aws.network import Network
 from gpu_k8s.providers.aws.nodes import (
     CAPACITY_BLOCK_MARKET,
+    EfaLaunch,
     capacity_block_target,
     cpu_arch,
+    efa_network_interfaces,
+    efa_placement,
+    efa_placement_group,
     launch_tag_specifications,
 )
 from gpu_k8s.providers.aws.settings import EFS_STORAGE, Ec2K3sClusterSpec
@@ -313,6 +324,8 @@ class SecurityGroups:
     api: aws.ec2.SecurityGroup
     # The internal registration balancer's, with more than one server.
     registration: aws.ec2.SecurityGroup | None
+    # What every EFA interface carries, where some pool has EFA.
+    efa: aws.ec2.SecurityGroup | None
 
 
 @dataclass(frozen=True)
@@ -400,7 +413,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
             [z.name for z in args.zones.zones],
             opts=child,
         )
-        groups = self._security_groups(name, spec, network.vpc_id)
+        groups = self._security_groups(name, spec, network.vpc_id, bool(efa_pools(args.pools)))
 
         interfaces = self._server_interfaces(name, spec, network, groups)
         api = self._load_balancer(
@@ -585,13 +598,21 @@ class AwsK3sCluster(pulumi.ComponentResource):
         self.register_outputs({"apiEndpoint": api_host, "kubeconfig": control_plane.kubeconfig})
 
     def _security_groups(
-        self, name: str, spec: Ec2K3sClusterSpec, vpc_id: pulumi.Input[str]
+        self, name: str, spec: Ec2K3sClusterSpec, vpc_id: pulumi.Input[str], with_efa: bool
     ) -> SecurityGroups:
         """Exactly the k3s ports, between the cluster's own nodes; the API also from the admin CIDRs,
         through the load balancer. Nothing is open to the internet until a `Service type=LoadBalancer`
-        asks for it: the cloud controller manager then opens the `nodes` group to its load balancer."""
+        asks for it: the cloud controller manager then opens the `nodes` group to its load balancer. EFA
+        interfaces also carry a group open to itself only, in and out, as EFA's OS bypass requires (EC2 user
+        guide, "Create and attach an EFA"); it has no cluster tag, so the controller never picks it."""
         child = pulumi.ResourceOptions(parent=self)
-        roles = ("nodes", "servers", "api", *(("registration",) if spec.system_pool.nodes > 1 else ()))
+        roles = (
+            "nodes",
+            "servers",
+            "api",
+            *(("registration",) if spec.system_pool.nodes > 1 else ()),
+            *(("efa",) if with_efa else ()),
+        )
         groups = {
             role: aws.ec2.SecurityGroup(
                 f"{name}-{role}-sg",
@@ -631,7 +652,21 @@ class AwsK3sCluster(pulumi.ComponentResource):
             _egress_to_servers(f"{name}-registration-to-servers", registration, servers, self)
         _egress_anywhere(f"{name}-nodes-egress", nodes, self)
         _egress_anywhere(f"{name}-servers-egress", servers, self)
-        return SecurityGroups(nodes=nodes, servers=servers, api=api, registration=registration)
+        efa = groups.get("efa")
+        if efa is not None:
+            for direction, rule in (
+                ("in", aws.vpc.SecurityGroupIngressRule),
+                ("out", aws.vpc.SecurityGroupEgressRule),
+            ):
+                rule(
+                    f"{name}-efa-{direction}",
+                    security_group_id=efa.id,
+                    ip_protocol="-1",
+                    referenced_security_group_id=efa.id,
+                    description="EFA between EFA nodes",
+                    opts=child,
+                )
+        return SecurityGroups(nodes=nodes, servers=servers, api=api, registration=registration, efa=efa)
 
     def _secret(
         self, name: str, audience: str, payload: pulumi.Output[str]
@@ -817,6 +852,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         block = pool.spec.capacity_reservation_id
         several_types = bool(pool.spec.extra_instance_types)
+        efa = self._efa_launch(name, pool, network, groups, zone_indexes, block is not None)
         user_data = pulumi.Output.all(server_url, secret.arn).apply(
             lambda parts: base64.b64encode(
                 agent_cloud_config(
@@ -827,6 +863,8 @@ class AwsK3sCluster(pulumi.ComponentResource):
                         labels=agent_labels(pool),
                         taints=agent_taints(pool),
                         external_cloud_provider=True,
+                        sysctls=EFA_AGENT_SYSCTLS if efa else {},
+                        service_settings=EFA_AGENT_SERVICE_SETTINGS if efa else {},
                     ),
                     aws_node_bootstrap(),
                 ).encode()
@@ -838,7 +876,10 @@ class AwsK3sCluster(pulumi.ComponentResource):
             # With several types, the group's mixed instances policy names them and buys the spot.
             instance_type=None if several_types else pool.machine.name,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
-            vpc_security_group_ids=[groups.nodes.id],
+            # With EFA, the groups go on each interface instead.
+            vpc_security_group_ids=None if efa else [groups.nodes.id],
+            network_interfaces=efa_network_interfaces(efa) if efa else None,
+            placement=efa_placement(efa),
             block_device_mappings=[
                 aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
                     device_name=UBUNTU_ROOT_DEVICE,
@@ -893,6 +934,29 @@ class AwsK3sCluster(pulumi.ComponentResource):
             for limits in zone_limits(pool.spec.min_nodes, pool.spec.max_nodes, zone_indexes)
         ]
 
+    def _efa_launch(
+        self,
+        name: str,
+        pool: GpuPool,
+        network: Network,
+        groups: SecurityGroups,
+        zone_indexes: Sequence[int],
+        in_capacity_block: bool,
+    ) -> EfaLaunch | None:
+        """EFA interfaces in the pool's one subnet (an EFA pool keeps to one zone: `zone_plan`), the node's
+        own group on the primary and the EFA group on all, and the pool's placement group."""
+        interfaces = efa_interfaces(pool)
+        if not interfaces:
+            return None
+        assert groups.efa is not None and len(zone_indexes) == 1, "made for clusters with EFA pools"
+        return EfaLaunch(
+            interfaces,
+            primary_security_group_ids=[groups.nodes.id, groups.efa.id],
+            efa_security_group_ids=[groups.efa.id],
+            placement_group=efa_placement_group(name, in_capacity_block, self),
+            subnet_id=network.private_subnet_ids[zone_indexes[0]],
+        )
+
 
 def build(spec: Ec2K3sClusterSpec) -> GpuCluster:
     """Everything `pulumi up -s aws-k3s` creates; validation runs before the first resource."""
@@ -915,4 +979,5 @@ def build(spec: Ec2K3sClusterSpec) -> GpuCluster:
         opts=pulumi.ResourceOptions(providers=[provider]),
     ).handle
     install_gpu_addons(spec, cluster, autoscaler_cloud_values(spec.name, region))
+    install_efa_device_plugin(spec.name, cluster)
     return cluster

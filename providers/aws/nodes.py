@@ -21,7 +21,7 @@ from gpu_k8s.components.spec import (
     pool_child_name,
 )
 from gpu_k8s.providers.aws.autoscaling import aws_node_template, scale_from_zero_tags, zone_limits
-from gpu_k8s.providers.aws.settings import EFA_RESOURCE
+from gpu_k8s.providers.aws.efa import efa_interfaces
 
 # Families the EKS-optimized AL2023 NVIDIA AMIs cover (EKS user guide, ml-eks-optimized-ami; REFERENCE 3.1).
 # g7 is missing on purpose: it needs driver >= 595 and the AMIs ship the 580 branch.
@@ -120,28 +120,50 @@ class EfaLaunch:
     """What a launch template sets for EFA: an interface per network card, and the placement group."""
 
     interfaces: int
-    security_group_id: pulumi.Input[str]
+    # The groups of the primary interface (the node's own traffic, and EFA's), and of the others (EFA's).
+    primary_security_group_ids: Sequence[pulumi.Input[str]]
+    efa_security_group_ids: Sequence[pulumi.Input[str]]
     placement_group: pulumi.Input[str] | None
+    # None where the node group sets the subnet (EKS); else the pool's one subnet.
+    subnet_id: pulumi.Input[str] | None = None
 
 
-def efa_network_interfaces(
-    interfaces: int, security_group_id: pulumi.Input[str]
-) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+def efa_network_interfaces(efa: EfaLaunch) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
     """One EFA per network card: the primary interface is device 0 on card 0, the others device 1 on their
-    card, as eksctl builds them (pkg/cfn/builder/network_interfaces.go). No subnet: EKS sets it from the
-    node group, and a launch template for a managed node group may not (EKS user guide, launch-templates).
-    The cluster security group admits EFA traffic between the nodes from Kubernetes 1.33 (eksctl
-    EFABuiltInSupportVersion); with interfaces in the template, security groups go on each interface."""
+    card, as eksctl builds them (pkg/cfn/builder/network_interfaces.go). With interfaces in the template,
+    security groups go on each interface; every EFA needs the group that admits EFA traffic, the others only
+    the primary (AWS PCS user guide, "Create or update an EC2 launch template" for EFA). On EKS no subnet:
+    EKS sets it from the node group, and a launch template for a managed node group may not (EKS user guide,
+    launch-templates)."""
     return [
         aws.ec2.LaunchTemplateNetworkInterfaceArgs(
             device_index=0 if card == 0 else 1,
             network_card_index=card,
             interface_type="efa",
-            security_groups=[security_group_id],
+            security_groups=list(efa.primary_security_group_ids if card == 0 else efa.efa_security_group_ids),
+            subnet_id=efa.subnet_id,
             delete_on_termination="true",
         )
-        for card in range(interfaces)
+        for card in range(efa.interfaces)
     ]
+
+
+def efa_placement_group(
+    name: str, in_capacity_block: bool, parent: pulumi.Resource
+) -> pulumi.Output[str] | None:
+    """A cluster placement group for an EFA pool (in the one zone such a pool has), unless it launches into
+    a Capacity Block, which brings its own placement. Its name, for the launch template."""
+    if in_capacity_block:
+        return None
+    return aws.ec2.PlacementGroup(
+        f"{name}-placement", strategy="cluster", opts=pulumi.ResourceOptions(parent=parent)
+    ).name
+
+
+def efa_placement(efa: EfaLaunch | None) -> aws.ec2.LaunchTemplatePlacementArgs | None:
+    if efa is None or efa.placement_group is None:
+        return None
+    return aws.ec2.LaunchTemplatePlacementArgs(group_name=efa.placement_group)
 
 
 def _launch_template(
@@ -154,12 +176,8 @@ def _launch_template(
 ) -> aws.ec2.LaunchTemplate:
     return aws.ec2.LaunchTemplate(
         f"{name}-lt",
-        network_interfaces=efa_network_interfaces(efa.interfaces, efa.security_group_id) if efa else None,
-        placement=(
-            aws.ec2.LaunchTemplatePlacementArgs(group_name=efa.placement_group)
-            if efa is not None and efa.placement_group is not None
-            else None
-        ),
+        network_interfaces=efa_network_interfaces(efa) if efa else None,
+        placement=efa_placement(efa),
         instance_type=block.instance_type if block else None,
         instance_market_options=CAPACITY_BLOCK_MARKET if block else None,
         capacity_reservation_specification=capacity_block_target(block.reservation_id) if block else None,
@@ -375,22 +393,15 @@ class GpuNodePool(pulumi.ComponentResource):
     def _efa_launch(
         self, name: str, pool: GpuPool, ctx: NodeGroupContext, block: CapacityBlockLaunch | None
     ) -> EfaLaunch | None:
-        """EFA interfaces for an interconnect pool, and a cluster placement group (in the one zone such a pool
-        has) unless it launches into a Capacity Block, which brings its own placement."""
-        interfaces = pool.interconnect_resources.get(EFA_RESOURCE, 0)
+        """EFA interfaces for an interconnect pool, and its placement group."""
+        interfaces = efa_interfaces(pool)
         if not interfaces:
             return None
         assert ctx.cluster_security_group_id is not None, "EFA pools run on EKS, whose context names it"
-        placement = (
-            None
-            if block is not None
-            else aws.ec2.PlacementGroup(
-                f"{name}-placement", strategy="cluster", opts=pulumi.ResourceOptions(parent=self)
-            )
-        )
-        return EfaLaunch(
-            interfaces, ctx.cluster_security_group_id, placement.name if placement is not None else None
-        )
+        # The cluster security group admits EFA traffic between the nodes from Kubernetes 1.33 (eksctl
+        # EFABuiltInSupportVersion): it is the one group of every interface.
+        groups = [ctx.cluster_security_group_id]
+        return EfaLaunch(interfaces, groups, groups, efa_placement_group(name, block is not None, self))
 
 
 def gpu_node_pools(

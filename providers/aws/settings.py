@@ -200,11 +200,6 @@ class Ec2K3sClusterSpec(K3sClusterSpec, AwsClusterSpec):
     shared_storage: ClassVar[Mapping[str, str]] = {
         EFS_STORAGE: "Amazon EFS, through the pinned chart of its CSI driver"
     }
-    no_interconnect: ClassVar[tuple[str, str] | None] = (
-        "EFA on k3s agents is not built yet: their Ubuntu image gets no EFA user-space stack (libfabric, "
-        "AWS's EFA installer) here; on EKS it is built (interfaces, placement, device plugin)",
-        "remove it, or use kind: eks for multi-node training over EFA",
-    )
 
     def network_issues(self) -> Iterable[ConfigIssue]:
         yield from super().network_issues()
