@@ -36,6 +36,7 @@ PLANS = {
     "mixed_sharing": "aws_eks_config",
     "gcp_gke": "gcp_gke_config",
     "aws_k3s": "aws_k3s_config",
+    "aws_k3s_efa": "aws_k3s_config",
     "gcp_k3s": "gcp_k3s_config",
 }
 # What each plan installs with Helm (written here, not read from the code).
@@ -50,6 +51,15 @@ EXPECTED_CHARTS = {
         "aws-node-termination-handler",
         "aws-cloud-controller-manager",
         "aws-efs-csi-driver",
+    },
+    "aws_k3s_efa": {
+        "gpu-operator",
+        "cluster-autoscaler",
+        "aws-ebs-csi-driver",
+        "aws-node-termination-handler",
+        "aws-cloud-controller-manager",
+        "aws-efs-csi-driver",
+        "aws-efa-k8s-device-plugin",
     },
     "gcp_k3s": {"gpu-operator", "cluster-autoscaler", "csi-driver-nfs"},
 }
@@ -732,8 +742,11 @@ def test_kueue_reads_all_or_nothing_admission_and_gpu_only_quotas_from_its_confi
     assert images == {"registry.k8s.io/kueue/kueue:v0.19.2"}
 
 
-def test_the_efa_device_plugin_runs_on_tainted_gpu_nodes_with_efa(rendered):
-    release = rendered["aws_eks", "aws-efa-k8s-device-plugin"]
+@pytest.mark.parametrize("plan", ["aws_eks", "aws_k3s_efa"])
+def test_the_efa_device_plugin_runs_on_tainted_gpu_nodes_with_efa(rendered, plan):
+    """The chart keeps itself to instance types with EFA by `node.kubernetes.io/instance-type`, which EKS
+    nodes carry and k3s agents set themselves (and the AWS cloud controller confirms)."""
+    release = rendered[plan, "aws-efa-k8s-device-plugin"]
     (daemonset,) = release.of_kind("DaemonSet")
     pod = daemonset["spec"]["template"]["spec"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists"} in pod["tolerations"]
