@@ -40,27 +40,20 @@ PLANS = {
     "gcp_k3s": "gcp_k3s_config",
 }
 # What each plan installs with Helm (written here, not read from the code).
+AWS_K3S_CHARTS = {
+    "gpu-operator",
+    "cluster-autoscaler",
+    "aws-ebs-csi-driver",
+    "aws-node-termination-handler",
+    "aws-cloud-controller-manager",
+    "aws-efs-csi-driver",
+}
 EXPECTED_CHARTS = {
     "aws_eks": {"gpu-operator", "cluster-autoscaler", "kueue", "jobset", "aws-efa-k8s-device-plugin"},
     "mixed_sharing": {"gpu-operator", "cluster-autoscaler", "kueue", "jobset"},
     "gcp_gke": {"gpu-operator"},
-    "aws_k3s": {
-        "gpu-operator",
-        "cluster-autoscaler",
-        "aws-ebs-csi-driver",
-        "aws-node-termination-handler",
-        "aws-cloud-controller-manager",
-        "aws-efs-csi-driver",
-    },
-    "aws_k3s_efa": {
-        "gpu-operator",
-        "cluster-autoscaler",
-        "aws-ebs-csi-driver",
-        "aws-node-termination-handler",
-        "aws-cloud-controller-manager",
-        "aws-efs-csi-driver",
-        "aws-efa-k8s-device-plugin",
-    },
+    "aws_k3s": AWS_K3S_CHARTS,
+    "aws_k3s_efa": {*AWS_K3S_CHARTS, "aws-efa-k8s-device-plugin"},
     "gcp_k3s": {"gpu-operator", "cluster-autoscaler", "csi-driver-nfs"},
 }
 
