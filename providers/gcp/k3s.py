@@ -397,7 +397,6 @@ class GcpK3sCluster(pulumi.ComponentResource):
                 f"{name}-filestore",
                 FilestoreSharedStorageArgs(
                     network,
-                    args.region,
                     spec.network.zones[0],
                     spec.storage.filestore_range,
                     apis[FILESTORE_API],

@@ -26,21 +26,6 @@ class Network(pulumi.ComponentResource):
     pods_range_name: pulumi.Output[str] | None = None
     services_range_name: pulumi.Output[str] | None = None
 
-    def node_cidr(self, region: str) -> pulumi.Output[str]:
-        """The subnet's primary range, where the nodes' addresses come from: the configured `cidr`, or the
-        existing subnet's, read from Compute Engine."""
-        if self._spec.cidr is not None:
-            return pulumi.Output.from_input(self._spec.cidr)
-        subnet = self._spec.subnetwork_name
-        assert subnet, "validated by load_spec"
-        by_link = "/" in subnet
-        return gcp.compute.get_subnetwork_output(
-            name=None if by_link else subnet,
-            self_link=subnet if by_link else None,
-            region=None if by_link else region,
-            opts=pulumi.InvokeOutputOptions(parent=self),
-        ).ip_cidr_range
-
     def __init__(
         self,
         name: str,
@@ -51,7 +36,7 @@ class Network(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-k8s:gcp:Network", name, None, opts)
-        self._spec = spec
+        self._spec, self._region = spec, region
         if not spec.creates_vpc:
             assert spec.network_name and spec.subnetwork_name, "validated by load_spec"
             self.network = pulumi.Output.from_input(spec.network_name)
@@ -108,3 +93,18 @@ class Network(pulumi.ComponentResource):
             self.pods_range_name = pulumi.Output.from_input(PODS_RANGE)
             self.services_range_name = pulumi.Output.from_input(SERVICES_RANGE)
         self.register_outputs({"network": self.network, "subnetwork": self.subnetwork})
+
+    def node_cidr(self) -> pulumi.Output[str]:
+        """The subnet's primary range, where the nodes' addresses come from: the configured `cidr`, or the
+        existing subnet's, read from Compute Engine."""
+        if self._spec.cidr is not None:
+            return pulumi.Output.from_input(self._spec.cidr)
+        subnet = self._spec.subnetwork_name
+        assert subnet, "validated by load_spec"
+        by_link = "/" in subnet
+        return gcp.compute.get_subnetwork_output(
+            name=None if by_link else subnet,
+            self_link=subnet if by_link else None,
+            region=None if by_link else self._region,
+            opts=pulumi.InvokeOutputOptions(parent=self),
+        ).ip_cidr_range

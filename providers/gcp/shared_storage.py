@@ -105,7 +105,6 @@ def instance_address(networks: Sequence[gcp.filestore.outputs.InstanceNetwork]) 
 @dataclass(frozen=True)
 class FilestoreSharedStorageArgs:
     network: Network
-    region: str
     # Where the zonal instance lives (the network's first zone: the servers' and most pools').
     zone: str
     reserved_range: str
@@ -131,7 +130,7 @@ class FilestoreSharedStorage(pulumi.ComponentResource):
         instance = gcp.filestore.Instance(
             f"{name}-instance",
             filestore_instance_args(
-                args.zone, args.network.network_name, args.reserved_range, args.network.node_cidr(args.region)
+                args.zone, args.network.network_name, args.reserved_range, args.network.node_cidr()
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[args.api]),
         )
