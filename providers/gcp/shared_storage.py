@@ -105,7 +105,8 @@ def instance_address(networks: Sequence[gcp.filestore.outputs.InstanceNetwork]) 
 @dataclass(frozen=True)
 class FilestoreSharedStorageArgs:
     network: Network
-    # Where the zonal instance lives (the network's first zone: the servers' and most pools').
+    # Where the zonal instance lives: the network's first zone (nodes in the region's other zones reach it
+    # too, across zones).
     zone: str
     reserved_range: str
     # The Filestore API, enabled.
