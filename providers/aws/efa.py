@@ -19,11 +19,12 @@ EFA_PLUGIN_CHART = "aws-efa-k8s-device-plugin"
 EFA_PLUGIN_CHART_VERSION = "v0.5.30"
 EKS_CHARTS_REPOSITORY = "https://aws.github.io/eks-charts"
 EFA_PLUGIN_NAMESPACE = "kube-system"
-# What the EFA installer sets up on an EKS AMI, set here on a k3s agent (Ubuntu's kernel has the EFA driver:
-# amzn-drivers kernel/linux/efa README, "Driver distribution"; the containers bring libfabric and the NCCL
-# plugin): the huge pages the EKS user guide says EFA nodes pre-allocate, and no cap on locked memory, which
-# libfabric's memory registration needs and containers inherit from k3s (the EFA installer lifts it for
-# every user; that it does is recalled, not confirmed here).
+# For containers a host needs only the EFA kernel driver, "the equivalent of `./efa_installer.sh --minimal`";
+# libfabric is in the container (amazonlinux/amazon-linux-2023#488). Ubuntu's kernel has the driver
+# (amzn-drivers kernel/linux/efa README, "Driver distribution"), loaded by the EFA device's PCI alias. What
+# else the installer sets up on an EKS AMI, a k3s agent sets itself: the huge pages the EKS user guide says
+# EFA nodes pre-allocate, and no cap on locked memory, which libfabric's memory registration needs and
+# containers inherit from k3s (the installer lifts it for every user; recalled, not confirmed here).
 EFA_AGENT_SYSCTLS = {"vm.nr_hugepages": str(EFA_HUGE_PAGE_COUNT)}
 EFA_AGENT_SERVICE_SETTINGS = {"LimitMEMLOCK": "infinity"}
 
