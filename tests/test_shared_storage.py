@@ -335,15 +335,42 @@ def test_a_filestore_range_filestore_or_the_nodes_cannot_use_is_refused(gcp_k3s_
     )
 
 
-def test_a_filestore_range_without_filestore_is_refused(gcp_k3s_config):
+@pytest.mark.parametrize(
+    ("key", "value"), [("filestoreRange", "10.44.0.0/29"), ("filestoreCapacityGiB", 2048)]
+)
+def test_a_filestore_key_without_filestore_is_refused(gcp_k3s_config, key, value):
     def without_shared(cluster):
-        cluster["storage"] = {"filestoreRange": "10.44.0.0/29"}
+        cluster["storage"] = {key: value}
 
     assert_refused_before_any_resource(
+        gcp_k3s_config, without_shared, f"gpu-k8s:cluster.storage.{key}", ("storage.shared: filestore",)
+    )
+
+
+def test_the_filestore_instance_grows_in_place_to_the_configured_size(gcp_k3s, gcp_k3s_config):
+    """Day 2: a larger `filestoreCapacityGiB` changes only the instance's capacity (mutable in the Google
+    provider's schema: magic-modules Instance.yaml marks `networks` and the share's `name` immutable, not
+    `capacityGb`), so Filestore grows the running instance and its data stays."""
+    config = copy.deepcopy(gcp_k3s_config)
+    set_path("storage.filestoreCapacityGiB", 4096)(config["gpu-k8s:cluster"])
+    grown = {r.urn: r for r in run_program("gcp-k3s", config).registrations}
+    before = {r.urn: r for r in gcp_k3s.registrations}
+    assert set(grown) == set(before)
+    changed = [urn for urn, r in before.items() if grown[urn].inputs != r.inputs]
+    assert [before[urn].name for urn in changed] == ["ml-filestore-instance"]
+    (urn,) = changed
+    shares_before, shares_after = before[urn].inputs["fileShares"], grown[urn].inputs["fileShares"]
+    assert (shares_before["capacityGb"], shares_after["capacityGb"]) == (1024, 4096)
+    assert {**shares_after, "capacityGb": 1024} == shares_before
+
+
+@pytest.mark.parametrize("value", [1023, 65434])
+def test_a_filestore_size_the_basic_tier_does_not_take_is_refused(gcp_k3s_config, value):
+    assert_refused_before_any_resource(
         gcp_k3s_config,
-        without_shared,
-        "gpu-k8s:cluster.storage.filestoreRange",
-        ("storage.shared: filestore",),
+        set_path("storage.filestoreCapacityGiB", value),
+        "gpu-k8s:cluster.storage.filestoreCapacityGiB",
+        (str(value),),
     )
 
 

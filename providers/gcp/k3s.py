@@ -398,6 +398,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
                 FilestoreSharedStorageArgs(
                     network,
                     spec.network.zones[0],
+                    spec.storage.filestore_capacity_gib,
                     spec.storage.filestore_range,
                     apis[FILESTORE_API],
                     {POOL_LABEL: SYSTEM_POOL_NAME},

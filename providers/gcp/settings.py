@@ -8,7 +8,9 @@ import ipaddress
 import itertools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
 
 from gpu_k8s.components.catalog import N1_MACHINE, Catalog, MachineType
 from gpu_k8s.components.configbase import ConfigIssue, StrictModel, config_path
@@ -197,6 +199,8 @@ FILESTORE_STORAGE = "filestore"
 # pulumi-gcp InstanceNetwork `reserved_ip_range`: "A /29 CIDR block" (the basic tiers').
 FILESTORE_RANGE_PREFIX = 29
 DEFAULT_FILESTORE_RANGE = "10.44.0.0/29"
+# pulumi-gcp InstanceFileShares `capacity_gb`: "BASIC_HDD: 1024-65433 GiB".
+FILESTORE_CAPACITY_GIB = (1024, 65433)
 
 
 class GcpClusterSpec(ClusterSpec):
@@ -234,6 +238,11 @@ class GceK3sStorageSpec(StorageSpec):
     # service ranges, which only the nodes route. Immutable: changing it replaces the instance and its data
     # (`networks` is `immutable` in magic-modules mmv1/products/filestore/Instance.yaml).
     filestore_range: str = DEFAULT_FILESTORE_RANGE
+    # The instance's size in GiB, shared by every claim. Grows in place; a basic instance never shrinks
+    # (Filestore docs, "Edit instances": capacity decreases only on the zonal, regional and enterprise tiers).
+    filestore_capacity_gib: Annotated[
+        int, Field(ge=FILESTORE_CAPACITY_GIB[0], le=FILESTORE_CAPACITY_GIB[1], alias="filestoreCapacityGiB")
+    ] = FILESTORE_CAPACITY_GIB[0]
 
 
 class GceK3sClusterSpec(K3sClusterSpec, GcpClusterSpec):
@@ -264,17 +273,27 @@ class GceK3sClusterSpec(K3sClusterSpec, GcpClusterSpec):
 
     def platform_issues(self) -> Iterable[ConfigIssue]:
         yield from super().platform_issues()
-        yield from filestore_range_issues(self)
+        yield from filestore_issues(self)
+
+
+def filestore_issues(spec: GceK3sClusterSpec) -> Iterable[ConfigIssue]:
+    """The Filestore keys are read only with `storage.shared: filestore`."""
+    storage = spec.storage
+    if storage.shared != FILESTORE_STORAGE:
+        for field in sorted(storage.model_fields_set - {"shared"}):
+            key = GceK3sStorageSpec.model_fields[field].alias or field
+            value = getattr(storage, field)
+            yield ConfigIssue(
+                config_path("storage", key), value, "is only used with storage.shared: filestore", "remove it"
+            )
+        return
+    yield from filestore_range_issues(spec)
 
 
 def filestore_range_issues(spec: GceK3sClusterSpec) -> Iterable[ConfigIssue]:
-    """The Filestore range must be a private /29 that neither the subnet nor k3s's overlay uses, and is
-    only read with `storage.shared: filestore`."""
+    """The Filestore range must be a private /29 that neither the subnet nor k3s's overlay uses."""
     path = config_path("storage", "filestoreRange")
     value = spec.storage.filestore_range
-    if "filestore_range" in spec.storage.model_fields_set and spec.storage.shared != FILESTORE_STORAGE:
-        yield ConfigIssue(path, value, "is only used with storage.shared: filestore", "remove it")
-        return
     issue = cidr_issue(path, value)
     if issue is not None:
         yield issue

@@ -24,10 +24,8 @@ from gpu_k8s.providers.gcp.settings import FILESTORE_STORAGE
 # Filestore, on GKE through its driver or here directly, needs the Cloud Filestore API (GKE docs, Filestore
 # CSI driver, "Before you begin").
 FILESTORE_API = "file.googleapis.com"
-# The basic HDD tier and its least capacity (pulumi-gcp InstanceFileShares `capacity_gb`: "BASIC_HDD:
-# 1024-65433 GiB"). One share per instance, named as pulumi-gcp allows ("16 characters or less").
 FILESTORE_TIER = "BASIC_HDD"
-FILESTORE_CAPACITY_GIB = 1024
+# One share per instance, named as pulumi-gcp allows ("16 characters or less").
 FILE_SHARE = "shared"
 NFS_CSI_CHART = "csi-driver-nfs"
 NFS_CSI_CHART_VERSION = "4.13.4"
@@ -68,7 +66,11 @@ def nfs_csi_chart_values(
 
 
 def filestore_instance_args(
-    zone: str, network_name: pulumi.Input[str], reserved_range: str, node_cidr: pulumi.Input[str]
+    zone: str,
+    capacity_gib: int,
+    network_name: pulumi.Input[str],
+    reserved_range: str,
+    node_cidr: pulumi.Input[str],
 ) -> gcp.filestore.InstanceArgs:
     """A basic HDD instance peered into the VPC from `reserved_range`, whose share only the node subnet may
     mount, as root (the driver makes each claim's directory as root; pods get them through `fsGroup`)."""
@@ -77,7 +79,7 @@ def filestore_instance_args(
         tier=FILESTORE_TIER,
         file_shares=gcp.filestore.InstanceFileSharesArgs(
             name=FILE_SHARE,
-            capacity_gb=FILESTORE_CAPACITY_GIB,
+            capacity_gb=capacity_gib,
             nfs_export_options=[
                 gcp.filestore.InstanceFileSharesNfsExportOptionArgs(
                     ip_ranges=[node_cidr], access_mode="READ_WRITE", squash_mode="NO_ROOT_SQUASH"
@@ -108,6 +110,7 @@ class FilestoreSharedStorageArgs:
     # Where the zonal instance lives: the network's first zone (nodes in the region's other zones reach it
     # too, across zones).
     zone: str
+    capacity_gib: int
     reserved_range: str
     # The Filestore API, enabled.
     api: pulumi.Resource
@@ -131,7 +134,11 @@ class FilestoreSharedStorage(pulumi.ComponentResource):
         instance = gcp.filestore.Instance(
             f"{name}-instance",
             filestore_instance_args(
-                args.zone, args.network.network_name, args.reserved_range, args.network.node_cidr()
+                args.zone,
+                args.capacity_gib,
+                args.network.network_name,
+                args.reserved_range,
+                args.network.node_cidr(),
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[args.api]),
         )
