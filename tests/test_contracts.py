@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -730,59 +731,72 @@ GKE_PROVIDER_ONLY = {
 }
 
 
-def gke_api_problems(schemas: dict[str, Any], schema: str, value: Any, path: str = "") -> list[str]:
-    """Fields we set that the GKE API does not have, enum values it does not list, wrong scalar types."""
-    problems = []
-    properties = schemas[schema]["properties"]
-    for key, item in value.items():
-        if (schema, key) in GKE_PROVIDER_ONLY:
-            continue
-        *parents, field = GKE_RENAMED.get((schema, key), (key,))
-        owner = schema
-        for parent in parents:
-            owner = schemas[owner]["properties"][parent]["$ref"]
-        declared = schemas[owner]["properties"].get(field) if owner != schema else properties.get(field)
-        where = f"{path}{key}"
-        if declared is None:
-            problems.append(f"{where}: no field {field!r} in {owner}")
-            continue
-        problems += _gke_value_problems(schemas, declared, item, where)
-    return problems
+@dataclass(frozen=True)
+class GoogleApi:
+    """A Google API's discovery schemas, and how pulumi-gcp's (Terraform-shaped) inputs map onto them:
+    (schema, our key) -> API path for renamed fields, and (schema, key) pairs the API has no field for."""
 
+    schemas: dict[str, Any]
+    renamed: dict[tuple[str, str], tuple[str, ...]]
+    provider_only: set[tuple[str, str]]
 
-def _gke_value_problems(
-    schemas: dict[str, Any], declared: dict[str, Any], item: Any, where: str
-) -> list[str]:
-    if "$ref" in declared:
-        return gke_api_problems(schemas, declared["$ref"], item, f"{where}.")
-    additional = declared.get("additionalProperties")
-    if declared.get("type") == "object" and additional is not None and isinstance(item, list):
-        # A map in the API that the provider writes as a list of named entries.
-        return [
-            problem
-            for index, element in enumerate(item)
-            for problem in _gke_value_problems(schemas, additional, element, f"{where}[{index}]")
-        ]
-    if declared.get("type") == "array":
-        return [
-            problem
-            for index, element in enumerate(item)
-            for problem in _gke_value_problems(schemas, declared["items"], element, f"{where}[{index}]")
-        ]
-    if "enum" in declared and item not in declared["enum"]:
-        return [f"{where}: {item!r} is not one of {declared['enum']}"]
-    if declared.get("type") == "boolean" and not isinstance(item, bool):
-        return [f"{where}: {item!r} is not a boolean"]
-    # Numbers reach the engine as protobuf doubles, so a whole float is an integer here.
-    whole = isinstance(item, int | float) and not isinstance(item, bool) and float(item).is_integer()
-    if declared.get("type") == "integer" and not whole:
-        return [f"{where}: {item!r} is not an integer"]
-    return []
+    def problems(self, schema: str, value: Any, path: str = "") -> list[str]:
+        """Fields we set that the API does not have, enum values it does not list, wrong scalar types."""
+        schemas, problems = self.schemas, []
+        properties = schemas[schema]["properties"]
+        for key, item in value.items():
+            if (schema, key) in self.provider_only:
+                continue
+            *parents, field = self.renamed.get((schema, key), (key,))
+            owner = schema
+            for parent in parents:
+                owner = schemas[owner]["properties"][parent]["$ref"]
+            declared = schemas[owner]["properties"].get(field) if owner != schema else properties.get(field)
+            where = f"{path}{key}"
+            if declared is None:
+                problems.append(f"{where}: no field {field!r} in {owner}")
+                continue
+            problems += self._value_problems(declared, item, where)
+        return problems
+
+    def _value_problems(self, declared: dict[str, Any], item: Any, where: str) -> list[str]:
+        if "$ref" in declared:
+            return self.problems(declared["$ref"], item, f"{where}.")
+        additional = declared.get("additionalProperties")
+        if declared.get("type") == "object" and additional is not None and isinstance(item, list):
+            # A map in the API that the provider writes as a list of named entries.
+            return [
+                problem
+                for index, element in enumerate(item)
+                for problem in self._value_problems(additional, element, f"{where}[{index}]")
+            ]
+        if declared.get("type") == "array":
+            # A list of one in the API that the provider writes as one object (Filestore's fileShares).
+            elements = [item] if isinstance(item, dict) else item
+            return [
+                problem
+                for index, element in enumerate(elements)
+                for problem in self._value_problems(declared["items"], element, f"{where}[{index}]")
+            ]
+        if "enum" in declared and item not in declared["enum"]:
+            return [f"{where}: {item!r} is not one of {declared['enum']}"]
+        if declared.get("type") == "boolean" and not isinstance(item, bool):
+            return [f"{where}: {item!r} is not a boolean"]
+        # Numbers reach the engine as protobuf doubles, so a whole float is an integer here.
+        whole = isinstance(item, int | float) and not isinstance(item, bool) and float(item).is_integer()
+        if declared.get("type") == "integer" and not whole:
+            return [f"{where}: {item!r} is not an integer"]
+        return []
 
 
 @pytest.fixture(scope="module")
 def gke_schemas() -> dict[str, Any]:
     return json.loads(upstream(GKE_API).read_text())["schemas"]
+
+
+@pytest.fixture(scope="module")
+def gke_api(gke_schemas) -> GoogleApi:
+    return GoogleApi(gke_schemas, GKE_RENAMED, GKE_PROVIDER_ONLY)
 
 
 GKE_RESOURCES = {"gcp:container/cluster:Cluster": "Cluster", "gcp:container/nodePool:NodePool": "NodePool"}
@@ -808,33 +822,53 @@ def gke_variant_with_every_option(gcp_gke_config: dict[str, Any]) -> Any:
     return run_program("gke-options", config)
 
 
-def test_gke_resources_use_only_fields_and_enum_values_of_the_gke_api(gcp_gke, gcp_gke_config, gke_schemas):
+def test_gke_resources_use_only_fields_and_enum_values_of_the_gke_api(gcp_gke, gcp_gke_config, gke_api):
     variant = gke_variant_with_every_option(gcp_gke_config)
     checked = [r for rec in (gcp_gke, variant) for r in rec.registrations if r.type in GKE_RESOURCES]
     assert len(checked) == 12  # per plan: the cluster, the system pool and four GPU pools
     # The compact pool's placement policy and gVNIC are among the fields checked against the API.
     assert any("placementPolicy" in r.inputs and "gvnic" in r.inputs["nodeConfig"] for r in checked)
     for registration in checked:
-        problems = gke_api_problems(gke_schemas, GKE_RESOURCES[registration.type], registration.inputs)
+        problems = gke_api.problems(GKE_RESOURCES[registration.type], registration.inputs)
         assert problems == [], registration.name
 
 
-def test_gke_api_check_catches_unknown_fields_and_values(gke_schemas):
-    assert gke_api_problems(gke_schemas, "Cluster", {"releaseChannel": {"channel": "REGULR"}}) == [
+def test_gke_api_check_catches_unknown_fields_and_values(gke_api):
+    assert gke_api.problems("Cluster", {"releaseChannel": {"channel": "REGULR"}}) == [
         "releaseChannel.channel: 'REGULR' is not one of "
         "['UNSPECIFIED', 'RAPID', 'REGULAR', 'STABLE', 'EXTENDED']"
     ]
-    assert gke_api_problems(gke_schemas, "NodePool", {"nodeConfg": {}}) == [
-        "nodeConfg: no field 'nodeConfg' in NodePool"
-    ]
+    assert gke_api.problems("NodePool", {"nodeConfg": {}}) == ["nodeConfg: no field 'nodeConfg' in NodePool"]
     taint = {"nodeConfig": {"taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]}}
-    assert gke_api_problems(gke_schemas, "NodePool", taint) == [
+    assert gke_api.problems("NodePool", taint) == [
         "nodeConfig.taints[0].effect: 'NoSchedule' is not one of "
         "['EFFECT_UNSPECIFIED', 'NO_SCHEDULE', 'PREFER_NO_SCHEDULE', 'NO_EXECUTE']"
     ]
-    assert gke_api_problems(gke_schemas, "Cluster", {"enableLegacyAbac": "no"}) == [
+    assert gke_api.problems("Cluster", {"enableLegacyAbac": "no"}) == [
         "enableLegacyAbac: 'no' is not a boolean"
     ]
+
+
+# --- Filestore: the gcp-k3s instance against Google's discovery document of the Filestore API ---
+
+FILESTORE_API_DOCUMENT = "filestore-api/v1-rev20260819/file.v1.json"
+# Where the instance lives is in the API's URL, not its body; the provider's own deletion setting.
+FILESTORE_PROVIDER_ONLY = {("Instance", "location"), ("Instance", "project"), ("Instance", "deletionPolicy")}
+
+
+def test_the_filestore_instance_uses_only_fields_and_enum_values_of_the_filestore_api(gcp_k3s):
+    api = GoogleApi(
+        json.loads(upstream(FILESTORE_API_DOCUMENT).read_text())["schemas"], {}, FILESTORE_PROVIDER_ONLY
+    )
+    (instance,) = gcp_k3s.by_type("gcp:filestore/instance:Instance")
+    assert api.problems("Instance", instance.inputs) == []
+    # The check reads the share's and network's own fields: a wrong enum in either is found.
+    bad = {
+        **instance.inputs,
+        "tier": "BASIC",
+        "networks": [{**instance.inputs["networks"][0], "connectMode": "PEERING"}],
+    }
+    assert [p.split(":")[0] for p in api.problems("Instance", bad)] == ["tier", "networks[0].connectMode"]
 
 
 def test_gke_enums_we_offer_in_the_config_are_the_apis(gke_schemas):
