@@ -258,12 +258,15 @@ class GceK3sClusterSpec(K3sClusterSpec, GcpClusterSpec):
     shared_storage: ClassVar[Mapping[str, str]] = {
         FILESTORE_STORAGE: "one Filestore instance on the cluster's VPC, through the NFS CSI driver"
     }
-    # The pulumi-gcp ResourcePolicy docs say a COLLOCATED policy needs vmCount and that exactly that many VMs
-    # be created at once, which an instance group growing from zero never does; Google's AI Hypercomputer
-    # docs place A3-class VMs in a group by workload policies instead.
+    # Sources disagree: pulumi-gcp's ResourcePolicy docs (magic-modules ResourcePolicy.yaml) say COLLOCATED
+    # "can only be specified with vm_count" and that exactly that many VMs be created at once, which an
+    # instance group growing from zero never does; the Compute API's own vmCount description (compute.v1
+    # rev20261106, upstream/compute-api) only advises against vmCount. Instance templates do carry resource
+    # policies (InstanceProperties.resourcePolicies), but how a compact one behaves as the autoscaler adds
+    # VMs one by one was not confirmable here, so nothing is built on a guess.
     no_interconnect: ClassVar[tuple[str, str] | None] = (
-        "compact placement on k3s agents is not built: a Compute Engine compact placement policy expects its "
-        "VMs created together, not one by one as the autoscaler adds them",
+        "compact placement on k3s agents is not built: pulumi-gcp documents a Compute Engine compact "
+        "placement policy as needing its VMs created together, not one by one as the autoscaler adds them",
         "remove it, or use kind: gke, where GKE places the pool's nodes compactly",
     )
 
