@@ -540,39 +540,31 @@ def _label_value_issue(path: str, value: str) -> ConfigIssue | None:
     return None
 
 
-def _foreign_network_issues(spec: ClusterSpec, given: BaseModel) -> Iterable[ConfigIssue]:
-    """Network keys set that belong to another platform's network."""
-    allowed = network_keys(type(spec))
+def _foreign_section_issues(
+    spec: ClusterSpec, section: str, given: BaseModel, scope: str
+) -> Iterable[ConfigIssue]:
+    """Keys of a merged section (`MERGED_SECTIONS`) set that only another platform has; `scope` is what
+    they are not a setting of ("aws", "gcp/k3s")."""
+    allowed = platform_keys(type(spec), section)
+    refused = _refused_keys(type(spec), section)
     for key in sorted(_set_aliases(given) - allowed):
         yield ConfigIssue(
-            config_path("network", key),
+            config_path(section, key),
             getattr(given, _field_named(type(given), key)),
-            spec.refused_network_keys.get(key, f"not a network setting on {spec.cloud}"),
-            f"{spec.cloud}/{spec.kind} network keys: {', '.join(sorted(allowed))}",
+            refused.get(key, f"not a {section} setting on {scope}"),
+            f"{spec.cloud}/{spec.kind} {section} keys: {', '.join(sorted(allowed))}",
         )
 
 
-def _foreign_storage_issues(spec: ClusterSpec, given: BaseModel) -> Iterable[ConfigIssue]:
-    """Storage keys set that only another platform's storage has."""
-    allowed = section_keys(type(spec), "storage")
-    for key in sorted(_set_aliases(given) - allowed):
-        yield ConfigIssue(
-            config_path("storage", key),
-            getattr(given, _field_named(type(given), key)),
-            f"not a storage setting on {spec.cloud}/{spec.kind}",
-            f"{spec.cloud}/{spec.kind} storage keys: {', '.join(sorted(allowed))}",
-        )
-
-
-def network_keys(spec_class: type[ClusterSpec]) -> set[str]:
-    """The network keys (YAML names) that mean something on the platform."""
-    return section_keys(spec_class, "network") - set(spec_class.refused_network_keys)
-
-
-def section_keys(spec_class: type[ClusterSpec], section: str) -> set[str]:
-    """The keys (YAML names) of one of the platform's merged sections."""
+def platform_keys(spec_class: type[ClusterSpec], section: str) -> set[str]:
+    """The keys (YAML names) of a merged section that mean something on the platform."""
     fields = _section_model(spec_class, section).model_fields
-    return {field.alias or name for name, field in fields.items()}
+    return {field.alias or name for name, field in fields.items()} - set(_refused_keys(spec_class, section))
+
+
+def _refused_keys(spec_class: type[ClusterSpec], section: str) -> Mapping[str, str]:
+    """Keys the platform's model has but refuses with a reason of its own (only network keys so far)."""
+    return spec_class.refused_network_keys if section == "network" else {}
 
 
 def _section_model(spec_class: type[ClusterSpec], section: str) -> type[BaseModel]:
@@ -731,7 +723,7 @@ def _semantic_issues(spec: ClusterSpec, given: Any, catalog: Catalog) -> Iterabl
             f"{SUPPORTED_KUBERNETES_MINORS[0]}-{SUPPORTED_KUBERNETES_MINORS[-1]} only",
             f"use one of: {', '.join(SUPPORTED_KUBERNETES_MINORS)}",
         )
-    foreign_network = list(_foreign_network_issues(spec, given.network))
+    foreign_network = list(_foreign_section_issues(spec, "network", given.network, spec.cloud))
     yield from foreign_network
     if not foreign_network:
         yield from spec.network_issues()
@@ -751,7 +743,7 @@ def _semantic_issues(spec: ClusterSpec, given: Any, catalog: Catalog) -> Iterabl
     yield from addon_issues(spec.addon_versions)
     if spec.batch is not None:
         yield from _batch_issues(spec.batch)
-    yield from _foreign_storage_issues(spec, given.storage)
+    yield from _foreign_section_issues(spec, "storage", given.storage, f"{spec.cloud}/{spec.kind}")
     yield from _storage_issues(spec)
     yield from _interconnect_issues(spec)
     yield from gpu_pool_issues(spec.gpu_pools, spec.pool_rules, catalog)
@@ -939,11 +931,10 @@ def _own_keys(given: BaseModel, spec_class: type[ClusterSpec]) -> dict[str, Any]
     own = given.model_dump(mode="json", by_alias=True, exclude_unset=True)
     own_sections = {field.alias or name for name, field in spec_class.model_fields.items()}
     own = {key: value for key, value in own.items() if key in own_sections}
-    allowed = network_keys(spec_class)
-    own["network"] = {key: value for key, value in own["network"].items() if key in allowed}
-    if "storage" in own:
-        storage_keys = section_keys(spec_class, "storage")
-        own["storage"] = {key: value for key, value in own["storage"].items() if key in storage_keys}
+    for section in MERGED_SECTIONS:
+        if section in own:
+            allowed = platform_keys(spec_class, section)
+            own[section] = {key: value for key, value in own[section].items() if key in allowed}
     return own
 
 

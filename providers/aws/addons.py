@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_aws as aws
+import pulumi_kubernetes as k8s
 
 from gpu_k8s.components import storage
 from gpu_k8s.providers.aws.iam import EBS_CSI_POLICIES, pod_identity_trust_policy, role_with_policies
@@ -21,6 +22,24 @@ def default_storage_class_manifest() -> dict:
     """The default StorageClass: encrypted gp3 EBS volumes."""
     return storage.default_storage_class_manifest(
         DEFAULT_STORAGE_CLASS, "ebs.csi.aws.com", {"type": "gp3", "encrypted": "true"}
+    )
+
+
+def default_storage_class(
+    name: str,
+    ebs_csi: pulumi.Resource,
+    k8s_provider: k8s.Provider,
+    parent: pulumi.Resource,
+    system_ready: Sequence[pulumi.Resource],
+) -> k8s.storage.v1.StorageClass:
+    """The cluster's default StorageClass, once the EBS CSI driver (EKS add-on or k3s chart) and the system
+    nodes it runs on are there."""
+    return storage.storage_class(
+        f"{name}-storage-class",
+        default_storage_class_manifest(),
+        k8s_provider,
+        parent,
+        [ebs_csi, *system_ready],
     )
 
 

@@ -18,7 +18,6 @@ from gpu_k8s.components.compat import DriverFacts, DriverVersion
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
 from gpu_k8s.components.spec import GpuPoolSpec, pool_child_name
-from gpu_k8s.components.storage import storage_class
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
     ACCELERATOR_LABEL,
@@ -281,13 +280,7 @@ class EksCluster(pulumi.ComponentResource):
             f"{name}-k8s", kubeconfig, cluster.certificate_authority.data, opts=child
         )
         system_ready = [system_nodes, coredns, *admin_access]
-        storage_class(
-            f"{name}-storage-class",
-            addons.default_storage_class_manifest(),
-            k8s_provider,
-            self,
-            [ebs_csi, *system_ready],
-        )
+        addons.default_storage_class(name, ebs_csi, k8s_provider, self, system_ready)
         shared_storage = None
         if spec.storage.shared == EFS_STORAGE:
             efs_driver = efs_csi_addon(name, cluster.name, version, self, system_ready)

@@ -39,7 +39,6 @@ from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
 from gpu_k8s.components.k3s.server_count import server_count
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades
 from gpu_k8s.components.spec import GpuPoolSpec, pool_child_name
-from gpu_k8s.components.storage import storage_class
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
     ACCELERATOR_LABEL,
@@ -540,13 +539,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
             provider=k8s_provider,
             depends_on=system_ready,
         )
-        storage_class(
-            f"{name}-storage-class",
-            addons.default_storage_class_manifest(),
-            k8s_provider,
-            self,
-            [ebs_csi, *system_ready],
-        )
+        addons.default_storage_class(name, ebs_csi, k8s_provider, self, system_ready)
         shared_storage = None
         if shares_efs:
             efs_driver = efs_csi_chart(
