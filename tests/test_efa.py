@@ -183,7 +183,11 @@ def test_k3s_efa_interfaces_carry_the_efa_group_and_the_primary_the_nodes_group_
     placement = aws_k3s_efa.by_name(f"{K3S_POOL}-placement")
     assert placement.inputs["strategy"] == "cluster"
     assert template["placement"] == {"groupName": placement.outputs["name"]}
-    assert placement.urn in aws_k3s_efa.by_name(f"{K3S_POOL}-lt").dependencies
+    # Destroy order: the group (its instances and their interfaces) before the template, the template before
+    # the placement group and the EFA security group, which EC2 refuses to delete while in use.
+    template_urn = aws_k3s_efa.by_name(f"{K3S_POOL}-lt").urn
+    assert template_urn in group.dependencies
+    assert {placement.urn, groups["ml-efa-sg"].urn} <= set(aws_k3s_efa.by_name(f"{K3S_POOL}-lt").dependencies)
 
 
 def test_the_k3s_efa_group_is_open_to_itself_only_and_not_the_controllers(aws_k3s_efa):

@@ -273,6 +273,8 @@ def test_filestore_on_k3s_serves_claims_through_the_nfs_driver_on_the_instances_
     # One instance reachable from every zone: claims bind at once; the share's size is fixed.
     assert shared.inputs["volumeBindingMode"] == "Immediate"
     assert shared.inputs["allowVolumeExpansion"] is False
+    # Destroy removes the class before the instance whose address it names.
+    assert instance.urn in shared.dependencies
     release = gcp_k3s.by_name("ml-filestore-nfs-csi")
     assert release.inputs["chart"] == "csi-driver-nfs"
     assert release.inputs["version"] == "4.13.4"
