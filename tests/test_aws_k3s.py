@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import base64
 import copy
-import datetime
 import hashlib
 import json
 from typing import Any
 
-import botocore.auth
-import botocore.awsrequest
-import botocore.credentials
 import pytest
 import yaml
 from cryptography import x509
@@ -21,7 +17,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gpu_k8s.components.k3s import cloudinit
 from gpu_k8s.providers.aws import k3s as aws_k3s_module
-from gpu_k8s.providers.aws.files import fetch_secret
 from gpu_k8s.tools.engine import Recording, Registration, Secret, run_program
 from tests.conftest import (
     assert_refused_before_any_resource,
@@ -472,37 +467,6 @@ def test_no_spot_pool_no_termination_handler(aws_k3s_config):
     config["gpu-k8s:cluster"]["gpuPools"][0]["spot"] = False
     rec = run_program("on-demand", config)
     assert not [r for r in rec.registrations if r.name == "ml-termination-handler"]
-
-
-# --- the node's secret fetcher ---
-
-
-def test_fetcher_signs_exactly_like_botocore(monkeypatch):
-    credentials = {
-        "AccessKeyId": "AKIDEXAMPLE",
-        "SecretAccessKey": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
-        "Token": "session-token",
-    }
-    body = json.dumps({"SecretId": "arn:aws:secretsmanager:eu-west-1:1:secret:x"}).encode()
-    now = datetime.datetime(2026, 11, 30, 12, 0, 0, tzinfo=datetime.UTC)
-    ours = fetch_secret.signed_headers("eu-west-1", credentials, body, now)
-    request = botocore.awsrequest.AWSRequest(
-        method="POST",
-        url="https://secretsmanager.eu-west-1.amazonaws.com/",
-        data=body,
-        headers={"content-type": ours["content-type"], "x-amz-target": ours["x-amz-target"]},
-    )
-    signer = botocore.auth.SigV4Auth(
-        botocore.credentials.Credentials("AKIDEXAMPLE", credentials["SecretAccessKey"], "session-token"),
-        "secretsmanager",
-        "eu-west-1",
-    )
-    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: now.replace(tzinfo=None))
-    signer.add_auth(request)
-    theirs = request.headers["Authorization"]
-    assert ours["authorization"] == theirs
-    # And the comparison can fail: a wrong region gives another signature.
-    assert fetch_secret.signed_headers("us-east-1", credentials, body, now)["authorization"] != theirs
 
 
 # --- bad input ---

@@ -15,7 +15,6 @@ import tarfile
 import zipfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,20 +24,10 @@ import pytest
 import yaml
 
 from gpu_k8s.tools import helm as helm_tool
-from gpu_k8s.tools.charts import ChartRenderer, ReleaseRef, release_ref, source_problem
+from gpu_k8s.tools.charts import ChartRenderer, ReleaseRef, source_problem
 from gpu_k8s.tools.engine import Recording
-from tests.conftest import some
+from tests.conftest import HELM_RELEASE, PLANS, RenderedRelease, some
 
-HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
-# The plans the tests make, with the stack config each was made from.
-PLANS = {
-    "aws_eks": "aws_eks_config",
-    "mixed_sharing": "aws_eks_config",
-    "gcp_gke": "gcp_gke_config",
-    "aws_k3s": "aws_k3s_config",
-    "aws_k3s_efa": "aws_k3s_config",
-    "gcp_k3s": "gcp_k3s_config",
-}
 # What each plan installs with Helm (written here, not read from the code).
 AWS_K3S_CHARTS = {
     "gpu-operator",
@@ -56,41 +45,6 @@ EXPECTED_CHARTS = {
     "aws_k3s_efa": {*AWS_K3S_CHARTS, "aws-efa-k8s-device-plugin"},
     "gcp_k3s": {"gpu-operator", "cluster-autoscaler", "csi-driver-nfs"},
 }
-
-
-@dataclass(frozen=True)
-class RenderedRelease:
-    plan: str
-    ref: ReleaseRef
-    kube_version: str
-    objects: list[dict[str, Any]]
-    recording: Recording
-
-    def of_kind(self, kind: str) -> list[dict[str, Any]]:
-        return [o for o in self.objects if o["kind"] == kind]
-
-
-@pytest.fixture(scope="session")
-def renderer() -> Iterator[ChartRenderer]:
-    made = ChartRenderer()
-    yield made
-    made.close()
-
-
-@pytest.fixture(scope="session")
-def rendered(request, renderer: ChartRenderer) -> dict[tuple[str, str], RenderedRelease]:
-    """(plan, chart) -> the release rendered by Helm."""
-    releases = {}
-    for plan, config_fixture in PLANS.items():
-        recording = request.getfixturevalue(plan)
-        minor = request.getfixturevalue(config_fixture)["gpu-k8s:cluster"]["kubernetesVersion"]
-        for release in recording.by_type(HELM_RELEASE):
-            ref = release_ref(release.inputs)
-            kube_version = f"{minor}.0"
-            releases[plan, ref.chart] = RenderedRelease(
-                plan, ref, kube_version, renderer.objects(ref, kube_version), recording
-            )
-    return releases
 
 
 def the(items: list[Any]) -> Any:
@@ -659,7 +613,11 @@ def test_the_aws_cloud_controller_runs_the_node_controllers_on_the_servers_and_t
     ]
     container = the(spec["containers"])
     # The stack's Kubernetes minor (1.36) picks the CCM build.
-    assert container["image"] == "registry.k8s.io/provider-aws/cloud-controller-manager:v1.36.1"
+    # No 1.36 build is promoted: the 1.35 build, by digest (one minor older is within the skew policy).
+    assert container["image"] == (
+        "registry.k8s.io/provider-aws/cloud-controller-manager:v1.35.2"
+        "@sha256:5a5d4e5942ad078a184c12bf5435f8226ccb157ee15e9e1f87c183a4bf4b8f1a"
+    )
     assert "--cloud-provider=aws" in container["args"]
     assert (
         "--controllers=cloud-node-controller,cloud-node-lifecycle-controller,service-lb-controller"

@@ -130,6 +130,8 @@ def test_the_apis_the_stack_needs_are_enabled_first_and_stay_enabled(gcp_gke):
     assert services["compute.googleapis.com"].urn in gcp_gke.by_name("ml-network-vpc").dependencies
     assert services["iam.googleapis.com"].urn in gcp_gke.by_name("ml-nodes-account").dependencies
     assert services["container.googleapis.com"].urn in gcp_gke.by_name("ml-gke").dependencies
+    # The cluster turns the Filestore CSI add-on on: the Filestore API first (review-gcp.md NG12).
+    assert services["file.googleapis.com"].urn in gcp_gke.by_name("ml-gke").dependencies
 
 
 def test_node_service_account_has_only_the_gke_node_role(gcp_gke):

@@ -902,7 +902,11 @@ def test_the_gce_cloud_controller_runs_the_node_controllers_on_the_servers_again
     ]
     pod = daemonset.inputs["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["image"] == "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v36.3.8"
+    # No 1.36 build is promoted: the 1.35 build, by digest (one minor older is within the skew policy).
+    assert container["image"] == (
+        "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v35.0.2"
+        "@sha256:f1cfeca80d58695683ddaeebb41215bf7239cb49534c5eb2b6e6205929822389"
+    )
     assert {
         "--cloud-provider=gce",
         "--cloud-config=/etc/kubernetes/cloud.config",

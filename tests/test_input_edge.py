@@ -15,12 +15,12 @@ from botocore.loaders import Loader
 from gpu_k8s.components.configbase import MAX_API_INTEGER, ConfigError
 from gpu_k8s.components.k3s.settings import K3S_RELEASES
 from gpu_k8s.components.spec import load_spec
-from gpu_k8s.providers.aws.location import KNOWN_REGIONS, REGION_PATTERNS, region_issue
+from gpu_k8s.providers.aws.location import KNOWN_REGIONS, PARTITIONS, REGION_PATTERNS, region_issue
 from gpu_k8s.providers.gcp.location import location_issues
 from gpu_k8s.tools.engine import stack_config
 from gpu_k8s.tools.plan import main
 from tests.conftest import minimal_cluster, set_path
-from tests.paths import REPO_ROOT
+from tests.paths import FIXTURE_STACKS
 
 PYDANTIC_WORDING = re.compile(r"Input should|Tuple should|valid string|greater than or equal|Value error")
 
@@ -134,7 +134,7 @@ def test_an_item_that_fails_does_not_also_report_its_list_as_too_short():
 
 
 def k3s_cluster(kubernetes_version: str, **k3s: str) -> dict[str, Any]:
-    cluster = copy.deepcopy(stack_config(REPO_ROOT / "stacks" / "Pulumi.aws-k3s.yaml")["gpu-k8s:cluster"])
+    cluster = copy.deepcopy(stack_config(FIXTURE_STACKS / "Pulumi.aws-k3s.yaml")["gpu-k8s:cluster"])
     cluster["kubernetesVersion"] = kubernetes_version
     cluster["k3s"] = k3s
     return cluster
@@ -180,14 +180,37 @@ def test_aws_region_must_name_an_aws_region(region, expected):
     assert issue is not None and expected in str(issue)
 
 
-@pytest.mark.parametrize("region", ["us-east-1", "eu-isoe-west-1", "ap-southeast-9", "cn-north-1"])
-def test_aws_regions_of_every_partition_pass_and_so_does_a_new_one(region):
+@pytest.mark.parametrize("region", ["us-east-1", "eu-west-3", "ap-southeast-9", "mx-central-1"])
+def test_aws_regions_of_the_aws_partition_pass_and_so_does_a_new_one(region):
     assert region_issue(region) is None
+
+
+@pytest.mark.parametrize(
+    ("region", "partition"),
+    [
+        ("us-gov-west-1", "AWS GovCloud (US) partition (aws-us-gov)"),
+        ("cn-north-1", "AWS China partition (aws-cn)"),
+        ("us-iso-east-1", "AWS ISO (US) partition (aws-iso)"),
+        ("eu-isoe-west-1", "AWS ISOE (Europe) partition (aws-iso-e)"),
+        ("eusc-de-east-1", "AWS EUSC partition (aws-eusc)"),
+    ],
+)
+def test_regions_of_other_partitions_are_refused_naming_the_partition(region, partition):
+    """Every ARN and endpoint the program writes is the aws partition's (review-aws.md AN-A4)."""
+    issue = region_issue(region)
+    assert issue is not None
+    assert f'aws:region: "{region}" - is in the {partition}; gpu-k8s builds for the standard aws' in str(
+        issue
+    )
+    assert "Fix: use a region of the aws partition, e.g. us-east-1" in str(issue)
 
 
 def test_aws_region_names_are_botocores():
     partitions = Loader().load_data("endpoints")["partitions"]
-    assert [p.pattern for p in REGION_PATTERNS] == [p["regionRegex"] for p in partitions]
+    assert [(name, title, pattern) for name, title, pattern in PARTITIONS] == [
+        (p["partition"], p["partitionName"], p["regionRegex"]) for p in partitions
+    ]
+    assert [p.pattern for p in REGION_PATTERNS] == [pattern for _, _, pattern in PARTITIONS]
     assert {region for p in partitions for region in p["regions"]} == KNOWN_REGIONS
 
 

@@ -146,14 +146,16 @@ def test_k3s_agents_hold_no_storage_policy(aws_k3s: Recording):
     """The EBS and EFS CSI controllers run on the servers: only their role may attach volumes or make
     access points."""
     attached = {
-        (r.inputs["role"].rsplit("-", 1)[0], r.inputs["policyArn"].rsplit("/", 1)[1])
+        (r.inputs["role"].rsplit("-", 1)[0], r.inputs["policyArn"])
         for r in aws_k3s.by_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
     }
+    # Whole ARNs, paths included: V2 of the EBS policy is at the root, V1 and the EFS policy under
+    # service-role/ (the paths are checked against AWS's list by tests/test_references.py).
     assert attached == {
-        ("ml-server-role", "AmazonSSMManagedInstanceCore"),
-        ("ml-server-role", "AmazonEBSCSIDriverPolicyV2"),
-        ("ml-server-role", "AmazonEFSCSIDriverPolicy"),
-        ("ml-agent-role", "AmazonSSMManagedInstanceCore"),
+        ("ml-server-role", "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"),
+        ("ml-server-role", "arn:aws:iam::aws:policy/AmazonEBSCSIDriverPolicyV2"),
+        ("ml-server-role", "arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy"),
+        ("ml-agent-role", "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"),
     }
 
 

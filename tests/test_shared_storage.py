@@ -79,7 +79,7 @@ def test_efs_takes_one_mount_target_per_zone_even_with_two_subnets_in_it():
     assert mount_zones(zones) == {"us-east-1a": 0, "us-east-1b": 1}
 
 
-def test_efs_csi_add_on_gets_the_managed_policy_through_pod_identity(aws_eks):
+def test_efs_csi_add_on_gets_the_managed_policy_through_pod_identity_for_its_controller_only(aws_eks):
     addon = efs_addon(aws_eks)
     role = aws_eks.by_name("ml-efs-csi-role")
     attachment = aws_eks.by_name("ml-efs-csi-AmazonEFSCSIDriverPolicy")
@@ -87,7 +87,6 @@ def test_efs_csi_add_on_gets_the_managed_policy_through_pod_identity(aws_eks):
     assert attachment.inputs["role"] == role.outputs.get("name", role.id)
     assert addon.inputs["podIdentityAssociations"] == [
         {"roleArn": role.outputs["arn"], "serviceAccount": "efs-csi-controller-sa"},
-        {"roleArn": role.outputs["arn"], "serviceAccount": "efs-csi-node-sa"},
     ]
     assert '"pods.eks.amazonaws.com"' in role.inputs["assumeRolePolicy"]
     # The controller schedules on the system nodes; the add-on waits for them and for its permissions.

@@ -119,6 +119,8 @@ class NodeBootstrap:
     # Run with python3 and one argument, the secret's name: prints the secret's value (the payload) to stdout
     # and exits non-zero, printing nothing of it, when it cannot.
     fetch_secret_py: str
+    # Modules the fetch script imports (name: content), written beside it.
+    support_files: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,40 @@ class ServerNode:
     extra_files: Mapping[str, str] = field(default_factory=dict)
 
 
+# Where the kubelet looks for image credential providers and their configuration (the k3s defaults of
+# `--image-credential-provider-bin-dir` and `--image-credential-provider-config`, passed explicitly).
+CREDENTIAL_PROVIDER_DIR = "/var/lib/rancher/credentialprovider"
+CREDENTIAL_PROVIDER_BIN_DIR = f"{CREDENTIAL_PROVIDER_DIR}/bin"
+CREDENTIAL_PROVIDER_CONFIG = f"{CREDENTIAL_PROVIDER_DIR}/config.yaml"
+
+
+@dataclass(frozen=True)
+class ImageCredentialProvider:
+    """A kubelet image credential provider (Kubernetes, "Configure a kubelet image credential provider"): for
+    an image matching `match_images`, the kubelet runs `<bin dir>/<name>`, a link to `script` (an executable
+    the cloud supplies, written beside the fetch script and what it imports), and pulls with the credentials
+    it prints."""
+
+    name: str
+    match_images: Sequence[str]
+    script: str
+
+
+def credential_provider_config(provider: ImageCredentialProvider) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1",
+        "kind": "CredentialProviderConfig",
+        "providers": [
+            {
+                "name": provider.name,
+                "matchImages": list(provider.match_images),
+                "defaultCacheDuration": "6h",
+                "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+            }
+        ],
+    }
+
+
 @dataclass(frozen=True)
 class AgentNode:
     """A k3s agent of a GPU pool."""
@@ -181,6 +217,8 @@ class AgentNode:
     # Settings of k3s-agent's systemd [Service] section; containerd, a child of k3s, and so every container
     # inherits its resource limits (e.g. LimitMEMLOCK for EFA's memory registration).
     service_settings: Mapping[str, str] = field(default_factory=dict)
+    # Credentials for images of a private registry the pool's add-ons pull (e.g. AWS's EKS registry).
+    image_credential_provider: ImageCredentialProvider | None = None
 
 
 def server_secret_payload(
@@ -304,6 +342,8 @@ def bootstrap_script(
     taints: Sequence[str],
     start: str,
     external_cloud_provider: bool,
+    kubelet_args: Sequence[str] = (),
+    prepare: str = "",
 ) -> str:
     """The first-boot script: kernel settings, node facts, secrets, node config, `start` (the shell that
     waits for the cluster, or decides how to start it), install k3s.
@@ -314,7 +354,9 @@ def bootstrap_script(
     cloud_provider = ["cloud-provider=external"] if external_cloud_provider else []
     node_lines = [
         'node-name: "${NODE_NAME}"',
-        *_list_block("kubelet-arg", ["provider-id=${PROVIDER_ID}", *cloud_provider, *KUBELET_ARGS]),
+        *_list_block(
+            "kubelet-arg", ["provider-id=${PROVIDER_ID}", *cloud_provider, *KUBELET_ARGS, *kubelet_args]
+        ),
         *_list_block(
             "node-label",
             [
@@ -328,7 +370,8 @@ def bootstrap_script(
     if taints:
         node_lines += _list_block("node-taint", list(taints))
     node_config = "\n".join(node_lines)
-    prepare = f"install -d -m 0700 {AUDIT_LOG_DIR}\n" if role == "server" else ""
+    if role == "server":
+        prepare = f"install -d -m 0700 {AUDIT_LOG_DIR}\n{prepare}"
     return f"""#!/bin/bash
 # gpu-k8s first boot of a k3s {role}. Progress goes to the serial console; no secret is ever printed.
 set -euo pipefail
@@ -436,6 +479,10 @@ def _common_files(bootstrap: NodeBootstrap, script: str) -> list[dict[str, Any]]
         _file(SYSCTL_FILE, sysctls, "0644"),
         _file(NODE_FACTS_FILE, bootstrap.node_facts_sh, "0700"),
         _file(FETCH_FILE, bootstrap.fetch_secret_py, "0700"),
+        *(
+            _file(f"{LIB_DIR}/{name}", content, "0700")
+            for name, content in sorted(bootstrap.support_files.items())
+        ),
         _file(WRITE_SECRET_FILES_FILE, WRITE_SECRET_FILES_SCRIPT.read_text(), "0700"),
         _file(BOOTSTRAP_FILE, script, "0700"),
     ]
@@ -470,6 +517,7 @@ def server_cloud_config(node: ServerNode, bootstrap: NodeBootstrap) -> str:
 def agent_cloud_config(node: AgentNode, bootstrap: NodeBootstrap) -> str:
     """User data of a k3s agent in a GPU pool."""
     wait = wait_for_server(node.server_url)
+    provider = node.image_credential_provider
     script = bootstrap_script(
         "agent",
         node.k3s_version,
@@ -478,6 +526,20 @@ def agent_cloud_config(node: AgentNode, bootstrap: NodeBootstrap) -> str:
         node.taints,
         wait,
         node.external_cloud_provider,
+        kubelet_args=(
+            (
+                f"image-credential-provider-config={CREDENTIAL_PROVIDER_CONFIG}",
+                f"image-credential-provider-bin-dir={CREDENTIAL_PROVIDER_BIN_DIR}",
+            )
+            if provider
+            else ()
+        ),
+        prepare=(
+            f"install -d -m 0755 {CREDENTIAL_PROVIDER_BIN_DIR}\n"
+            f"ln -sf {LIB_DIR}/{provider.name} {CREDENTIAL_PROVIDER_BIN_DIR}/{provider.name}\n"
+            if provider
+            else ""
+        ),
     )
     files = [
         *_common_files(bootstrap, script),
@@ -490,6 +552,9 @@ def agent_cloud_config(node: AgentNode, bootstrap: NodeBootstrap) -> str:
         files.append(_file(KUBELET_CONFIG_DROP_IN, _yaml(kubelet_config_drop_in(node.kubelet_config))))
     if node.sysctls:
         files.append(_file(POOL_SYSCTL_FILE, "".join(f"{k}={v}\n" for k, v in node.sysctls.items()), "0644"))
+    if provider:
+        files.append(_file(f"{LIB_DIR}/{provider.name}", provider.script, "0700"))
+        files.append(_file(CREDENTIAL_PROVIDER_CONFIG, _yaml(credential_provider_config(provider)), "0644"))
     if node.service_settings:
         settings = "".join(f"{key}={value}\n" for key, value in node.service_settings.items())
         files.append(_file(AGENT_POOL_UNIT_DROP_IN, f"[Service]\n{settings}", "0644"))

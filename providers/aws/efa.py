@@ -13,6 +13,7 @@ import pulumi
 from gpu_k8s.components.cluster import GpuCluster, GpuPool
 from gpu_k8s.components.helm import helm_release
 from gpu_k8s.providers.aws.autoscaling import EFA_HUGE_PAGE_COUNT
+from gpu_k8s.providers.aws.iam import POLICY_VERSION
 from gpu_k8s.providers.aws.settings import EFA_RESOURCE
 
 EFA_PLUGIN_CHART = "aws-efa-k8s-device-plugin"
@@ -27,6 +28,36 @@ EFA_PLUGIN_NAMESPACE = "kube-system"
 # containers inherit from k3s (the installer lifts it for every user; recalled, not confirmed here).
 EFA_AGENT_SYSCTLS = {"vm.nr_hugepages": str(EFA_HUGE_PAGE_COUNT)}
 EFA_AGENT_SERVICE_SETTINGS = {"LimitMEMLOCK": "infinity"}
+# The chart's image (values.yaml at v0.5.30): AWS publishes the plugin only in the EKS registry of account
+# 602401143452, a private ECR registry every AWS account may pull from with ECR credentials ("there are no
+# plans at this time to make the device plugin code open source", aws-samples/aws-efa-eks#26). EKS nodes
+# have the kubelet's ECR credential provider; k3s agents of EFA pools get one (the fetch script, run as
+# `ecr-credential-provider`) and a role that may pull this one repository.
+EFA_PLUGIN_REGISTRY = "602401143452.dkr.ecr.us-west-2.amazonaws.com"
+EFA_PLUGIN_REPOSITORY = "eks/aws-efa-k8s-device-plugin"
+EFA_PLUGIN_REPOSITORY_ARN = "arn:aws:ecr:us-west-2:602401143452:repository/eks/aws-efa-k8s-device-plugin"
+
+
+def efa_plugin_pull_policy() -> dict[str, Any]:
+    """What a node needs to pull the plugin: a registry token (GetAuthorizationToken takes no resource, ECR
+    user guide "Private registry authentication") and the layers of that one repository."""
+    return {
+        "Version": POLICY_VERSION,
+        "Statement": [
+            {
+                "Sid": "RegistryToken",
+                "Effect": "Allow",
+                "Action": "ecr:GetAuthorizationToken",
+                "Resource": "*",
+            },
+            {
+                "Sid": "PullTheEfaDevicePlugin",
+                "Effect": "Allow",
+                "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+                "Resource": EFA_PLUGIN_REPOSITORY_ARN,
+            },
+        ],
+    }
 
 
 def efa_interfaces(pool: GpuPool) -> int:

@@ -33,7 +33,13 @@ from gpu_k8s.components.cluster import (
 )
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.helm import helm_release
-from gpu_k8s.components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore, agent_cloud_config
+from gpu_k8s.components.k3s.cloudinit import (
+    API_PORT,
+    AgentNode,
+    ImageCredentialProvider,
+    SnapshotStore,
+    agent_cloud_config,
+)
 from gpu_k8s.components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
 from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
 from gpu_k8s.components.k3s.server_count import server_count
@@ -52,7 +58,9 @@ from gpu_k8s.providers.aws.backups import SnapshotBucket, snapshot_access_policy
 from gpu_k8s.providers.aws.efa import (
     EFA_AGENT_SERVICE_SETTINGS,
     EFA_AGENT_SYSCTLS,
+    EFA_PLUGIN_REGISTRY,
     efa_interfaces,
+    efa_plugin_pull_policy,
     efa_pools,
     install_efa_device_plugin,
 )
@@ -65,7 +73,11 @@ from gpu_k8s.providers.aws.iam import (
     role_with_policies,
     service_trust_policy,
 )
-from gpu_k8s.providers.aws.k3s_bootstrap import aws_node_bootstrap, read_secrets_policy
+from gpu_k8s.providers.aws.k3s_bootstrap import (
+    ECR_CREDENTIAL_PROVIDER_SCRIPT,
+    aws_node_bootstrap,
+    read_secrets_policy,
+)
 from gpu_k8s.providers.aws.location import aws_provider, cluster_tags, region_from_config
 from gpu_k8s.providers.aws.network import Network
 from gpu_k8s.providers.aws.nodes import (
@@ -80,7 +92,7 @@ from gpu_k8s.providers.aws.nodes import (
 )
 from gpu_k8s.providers.aws.settings import EFS_STORAGE, Ec2K3sClusterSpec
 from gpu_k8s.providers.aws.shared_storage import EfsSharedStorage, EfsSharedStorageArgs, efs_csi_chart
-from gpu_k8s.providers.aws.zones import ZonePlan, zone_issues, zone_plan
+from gpu_k8s.providers.aws.zones import ZonePlan, offering_issues, zone_issues, zone_plan
 
 CAPACITY_LABEL = "gpu-k8s.io/capacity-type"
 # Canonical's public SSM parameters for the current Ubuntu 24.04 LTS server AMI (parameter scheme from
@@ -92,8 +104,10 @@ UBUNTU_ROOT_DEVICE = "/dev/sda1"
 # Session Manager instead of SSH, on every node.
 NODE_POLICIES = (f"{MANAGED}AmazonSSMManagedInstanceCore",)
 # The EBS CSI controller runs on the servers with their instance role (no EKS Pod Identity here), limited by
-# policy V2 to volumes tagged for the driver; the agents' node plugin calls no AWS API.
-SERVER_POLICIES = (*NODE_POLICIES, f"{MANAGED}service-role/AmazonEBSCSIDriverPolicyV2")
+# policy V2 to volumes tagged for the driver; the agents' node plugin calls no AWS API. V2 lives at the root
+# path, unlike V1 under service-role/ (AWS managed policy reference; moto's copy of the managed-policy list,
+# checked by tests/test_references.py).
+SERVER_POLICIES = (*NODE_POLICIES, f"{MANAGED}AmazonEBSCSIDriverPolicyV2")
 # Servers: hop limit 2, so the add-ons there that use the instance role without host networking (EBS CSI
 # controller, cluster-autoscaler) reach IMDS. Agents: 1, so no pod on a GPU node reaches IMDS (the
 # termination handler uses host networking; the EBS node plugin reads its node's facts from Kubernetes).
@@ -110,11 +124,18 @@ NTH_REPO = "oci://public.ecr.aws/aws-ec2/helm"
 CCM_CHART = "aws-cloud-controller-manager"
 CCM_CHART_VERSION = "0.0.11"
 CCM_REPO = "https://kubernetes.github.io/cloud-provider-aws"
-# One CCM build per Kubernetes minor, meant for that minor only (cloud-provider-aws docs/README.md,
-# "Compatibility with Kubernetes"); the chart's own default is v1.35.0. Newest tag per minor, and
-# registry.k8s.io's promotion of it, as recorded in shared/upstream-charts/index.json: v1.36.1 is not in
-# the promotion file seen there (UNCONFIRMED on registry.k8s.io).
-CCM_IMAGE_TAGS = {"1.33": "v1.33.4", "1.34": "v1.34.3", "1.35": "v1.35.2", "1.36": "v1.36.1"}
+# One CCM build per Kubernetes minor (cloud-provider-aws docs/README.md, "Compatibility with Kubernetes"), the
+# newest one registry.k8s.io serves, by digest (the chart's template writes `repository:tag`, so the digest
+# rides in the tag): upstream/references/registry.k8s.io/k8s-staging-provider-aws.yaml. The promoter
+# manifest lists no v1.36.x (git tags v1.36.0 and v1.36.1 exist, but are not images), so 1.36 clusters run
+# the 1.35 build: Kubernetes' version skew policy lets cloud-controller-manager be one minor older than
+# kube-apiserver.
+CCM_IMAGE_TAGS = {
+    "1.33": "v1.33.4@sha256:b54bc094711e9d7ace6c9bab3d6f02a598e7570ac1fedd6341940e1de79ea476",
+    "1.34": "v1.34.3@sha256:ab45cec4a1ee68a556d09a362746db8fd66b258101aefcf0542f51e960248810",
+    "1.35": "v1.35.2@sha256:5a5d4e5942ad078a184c12bf5435f8226ccb157ee15e9e1f87c183a4bf4b8f1a",
+    "1.36": "v1.35.2@sha256:5a5d4e5942ad078a184c12bf5435f8226ccb157ee15e9e1f87c183a4bf4b8f1a",
+}
 # The node controllers name, label and address nodes from EC2 and delete the Node of a terminated instance;
 # the service controller makes a load balancer for each `Service type=LoadBalancer` (canonical names:
 # k8s.io/cloud-provider names package). The route controller is off: flannel routes pods itself.
@@ -181,6 +202,15 @@ FLANNEL_VXLAN_PORT = 8472
 KUBELET_PORT = 10250
 ETCD_PORTS = (2379, 2380)
 AUTO_DISCOVERY_TAG = "k8s.io/cluster-autoscaler/enabled"
+
+
+def efa_image_credentials() -> ImageCredentialProvider:
+    """EFA agents pull the EFA device plugin from AWS's EKS registry with the node's ECR credentials."""
+    return ImageCredentialProvider(
+        name="ecr-credential-provider",
+        match_images=(EFA_PLUGIN_REGISTRY,),
+        script=ECR_CREDENTIAL_PROVIDER_SCRIPT.read_text(),
+    )
 
 
 def aws_k3s_issues(spec: Ec2K3sClusterSpec) -> Iterable[ConfigIssue]:
@@ -467,6 +497,16 @@ class AwsK3sCluster(pulumi.ComponentResource):
             f"{name}-agent", service_trust_policy("ec2.amazonaws.com"), NODE_POLICIES, parent=self
         )
         agent_reads = self._reads_secrets(f"{name}-agent", agent_role, [agent_secret])
+        agent_grants: list[pulumi.Resource] = [agent_reads, *agent_role.grants]
+        if efa_pools(args.pools):
+            agent_grants.append(
+                aws.iam.RolePolicy(
+                    f"{name}-agent-efa-plugin-pull",
+                    role=agent_role.role.id,
+                    policy=json.dumps(efa_plugin_pull_policy()),
+                    opts=pulumi.ResourceOptions(parent=agent_role.role),
+                )
+            )
 
         # A node reads its secret once, at first boot: the value and the permission must exist by then.
         servers = self._servers(
@@ -502,7 +542,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 registration_url,
                 unneeded,
                 args.zones.pool_zones[pool.spec.name],
-                boot_after=[agent_secret_value, agent_reads, *agent_role.grants],
+                boot_after=[agent_secret_value, *agent_grants],
             )
 
         servers_reachable: list[pulumi.Resource] = [
@@ -858,6 +898,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                         external_cloud_provider=True,
                         sysctls=EFA_AGENT_SYSCTLS if efa else {},
                         service_settings=EFA_AGENT_SERVICE_SETTINGS if efa else {},
+                        image_credential_provider=efa_image_credentials() if efa else None,
                     ),
                     aws_node_bootstrap(),
                 ).encode()
@@ -956,7 +997,11 @@ def build(spec: Ec2K3sClusterSpec) -> GpuCluster:
     catalog = load_catalog()
     region = region_from_config()
     traits = k3s_traits(spec, ACCELERATOR_LABEL)
-    raise_if_any(aws_k3s_issues(spec), platform_issues(spec, traits, catalog))
+    raise_if_any(
+        aws_k3s_issues(spec),
+        platform_issues(spec, traits, catalog),
+        offering_issues(spec.gpu_pools, region, catalog),
+    )
     pools = resolve_pools(spec, catalog, traits)
     unneeded_time = cluster_scale_down_unneeded_time(pools)
     raise_if_any(asg_tag_issues(pools, lambda pool: asg_tags(spec.name, pool, unneeded_time), 0))
@@ -971,6 +1016,6 @@ def build(spec: Ec2K3sClusterSpec) -> GpuCluster:
         AwsK3sClusterArgs(spec, region, traits, pools, zones),
         opts=pulumi.ResourceOptions(providers=[provider]),
     ).handle
-    install_gpu_addons(spec, cluster, autoscaler_cloud_values(spec.name, region))
+    cluster = install_gpu_addons(spec, cluster, autoscaler_cloud_values(spec.name, region))
     install_efa_device_plugin(spec.name, cluster)
     return cluster

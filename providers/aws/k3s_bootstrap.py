@@ -9,7 +9,18 @@ from typing import Any
 from gpu_k8s.components.k3s.cloudinit import NodeBootstrap
 from gpu_k8s.providers.aws.iam import POLICY_VERSION
 
-FETCH_SCRIPT = Path(__file__).parent / "files" / "fetch_secret.py"
+FILES = Path(__file__).parent / "files"
+FETCH_SCRIPT = FILES / "fetch_secret.py"
+# What the fetch script and the ECR credential provider import.
+SUPPORT_FILES = ("aws_api.py",)
+# A kubelet image credential provider for Amazon ECR (Kubernetes, "Configure a kubelet image credential
+# provider"): the kubelet runs it with a CredentialProviderRequest on stdin and pulls with the
+# CredentialProviderResponse it prints, a token of the image registry's region (ECR GetAuthorizationToken;
+# one token serves every registry the role may pull from, AWS's EKS add-on registries included). k3s agents
+# have no ECR credential provider binary, and this one needs nothing but Python and the node's role. It runs
+# through a link in the kubelet's provider directory; Python puts the link target's directory, where
+# aws_api.py is, on sys.path.
+ECR_CREDENTIAL_PROVIDER_SCRIPT = FILES / "ecr_credential_provider.py"
 
 # IMDSv2 only: a session token first, then the instance's facts. The provider ID format is the one the
 # cluster-autoscaler parses (aws:///<zone>/<instance-id>, cloudprovider/aws). Nodes are named after their
@@ -32,7 +43,11 @@ export ZONE REGION INSTANCE_TYPE NODE_NAME PROVIDER_ID
 
 @cache
 def aws_node_bootstrap() -> NodeBootstrap:
-    return NodeBootstrap(node_facts_sh=NODE_FACTS_SH, fetch_secret_py=FETCH_SCRIPT.read_text())
+    return NodeBootstrap(
+        node_facts_sh=NODE_FACTS_SH,
+        fetch_secret_py=FETCH_SCRIPT.read_text(),
+        support_files={name: (FILES / name).read_text() for name in SUPPORT_FILES},
+    )
 
 
 def read_secrets_policy(secret_arns: list[str]) -> dict[str, Any]:

@@ -13,21 +13,26 @@ import pulumi_aws as aws
 from gpu_k8s.components.configbase import ConfigError, ConfigIssue
 
 # The region names of every AWS partition, and the regions known today, from botocore's endpoint data
-# (botocore/data/endpoints.json, `regionRegex` and `regions` of each partition; tests compare them). A region
-# newer than this list still matches its partition's pattern.
-REGION_PATTERNS = tuple(
-    re.compile(pattern, re.ASCII)
-    for pattern in (
-        r"^(us|eu|ap|sa|ca|me|af|il|mx)\-\w+\-\d+$",
-        r"^cn\-\w+\-\d+$",
-        r"^us\-gov\-\w+\-\d+$",
-        r"^us\-iso\-\w+\-\d+$",
-        r"^us\-isob\-\w+\-\d+$",
-        r"^eu\-isoe\-\w+\-\d+$",
-        r"^us\-isof\-\w+\-\d+$",
-        r"^eusc\-(de)\-\w+\-\d+$",
-    )
+# (botocore/data/endpoints.json, `partition`, `partitionName`, `regionRegex` and `regions` of each partition;
+# tests compare them). A region newer than this list still matches its partition's pattern.
+PARTITIONS = (
+    ("aws", "AWS Standard", r"^(us|eu|ap|sa|ca|me|af|il|mx)\-\w+\-\d+$"),
+    ("aws-cn", "AWS China", r"^cn\-\w+\-\d+$"),
+    ("aws-us-gov", "AWS GovCloud (US)", r"^us\-gov\-\w+\-\d+$"),
+    ("aws-iso", "AWS ISO (US)", r"^us\-iso\-\w+\-\d+$"),
+    ("aws-iso-b", "AWS ISOB (US)", r"^us\-isob\-\w+\-\d+$"),
+    ("aws-iso-e", "AWS ISOE (Europe)", r"^eu\-isoe\-\w+\-\d+$"),
+    ("aws-iso-f", "AWS ISOF", r"^us\-isof\-\w+\-\d+$"),
+    ("aws-eusc", "AWS EUSC", r"^eusc\-(de)\-\w+\-\d+$"),
 )
+REGION_PATTERNS = tuple(re.compile(pattern, re.ASCII) for _, _, pattern in PARTITIONS)
+# The one partition stacks are built for. Every ARN the program writes (managed policies, EKS access
+# policies, the autoscaler's node-group scope), the S3 endpoint service name and the registries it pulls from
+# are the `aws` partition's; the others spell ARNs `arn:aws-cn:`/`arn:aws-us-gov:`..., have other endpoint
+# suffixes (`amazonaws.com.cn`, `c2s.ic.gov`) and other EKS registries, and whether the EKS features the
+# stacks use (Pod Identity, the NVIDIA AMI's public SSM parameters, EFA, Capacity Blocks) exist there is not
+# checked here. A region of another partition is refused rather than failing half-built.
+SUPPORTED_PARTITION = "aws"
 KNOWN_REGIONS = frozenset(
     (
         "af-south-1",
@@ -90,8 +95,25 @@ def region_issue(region: str | None) -> ConfigIssue | None:
             "is not set",
             "pulumi config set aws:region us-east-1 (or set it in the stack file)",
         )
-    if any(pattern.fullmatch(region) for pattern in REGION_PATTERNS):
-        return None
+    partition = next(
+        (
+            (name, title)
+            for (name, title, _), pattern in zip(PARTITIONS, REGION_PATTERNS, strict=True)
+            if pattern.fullmatch(region)
+        ),
+        None,
+    )
+    if partition is not None:
+        name, title = partition
+        if name == SUPPORTED_PARTITION:
+            return None
+        return ConfigIssue(
+            "aws:region",
+            region,
+            f"is in the {title} partition ({name}); gpu-k8s builds for the standard aws partition only (its "
+            "ARNs, endpoints and image registries are those of aws)",
+            "use a region of the aws partition, e.g. us-east-1, or a GCP stack",
+        )
     if _GCP_REGION.fullmatch(region):
         problem = "is a GCP region name; AWS regions read like us-east-1"
     else:

@@ -26,9 +26,12 @@ EFS_CSI_CHART = "aws-efs-csi-driver"
 EFS_CSI_CHART_VERSION = "4.4.1"
 EFS_CSI_REPO = "https://kubernetes-sigs.github.io/aws-efs-csi-driver"
 EFS_PROVISIONER = "efs.csi.aws.com"
-# The EKS user guide (storage/efs-csi.adoc) grants the driver's role to every `efs-csi-*` service account of
-# the add-on: the controller makes access points; the node plugin mounts.
-EFS_CSI_SERVICE_ACCOUNTS = ("efs-csi-controller-sa", "efs-csi-node-sa")
+# The controller makes access points, which needs the role; the node plugin mounts over NFS and needs AWS
+# credentials only for the `iam` mount option, which `shared-rwx` does not use. The managed add-on takes a
+# Pod Identity association for the controller's service account only: EKS refuses others in CreateAddon
+# ("Service account ... in pod identity configuration is not supported for addon", terraform-aws-eks#3520;
+# aws-efs-csi-driver#1759 and #1630). Recorded in upstream/references/eks-addons.json.
+EFS_CSI_SERVICE_ACCOUNTS = ("efs-csi-controller-sa",)
 # The chart's own controller tolerations (values.yaml, 4.4.1): Helm replaces a list, so ours repeat them.
 EFS_CSI_CONTROLLER_TOLERATIONS = (
     {"key": "CriticalAddonsOnly", "operator": "Exists"},
@@ -79,7 +82,7 @@ def efs_csi_addon(
     parent: pulumi.Resource,
     depends_on: Sequence[pulumi.Resource],
 ) -> aws.eks.Addon:
-    """The EFS CSI add-on; its controller makes access points, its node plugin mounts."""
+    """The EFS CSI add-on; its controller makes access points with the role, its node plugin mounts."""
     return addons.pod_identity_addon(
         name,
         EFS_CSI_ADDON,

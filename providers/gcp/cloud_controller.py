@@ -33,10 +33,17 @@ MANIFEST = (
     / "manifest.yaml"
 )
 IMAGE = "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager"
-# One CCM build per Kubernetes minor (cloud-provider-gcp docs/RELEASE.md), the newest tag of each, as
-# recorded in shared/upstream-charts/index.json. Whether registry.k8s.io serves v35.1.3 and v36.3.8 is
-# UNCONFIRMED (the promotion file seen lists v35.0.2 as the newest 1.35 build and no 1.36 build).
-IMAGE_TAGS = {"1.33": "v33.4.0", "1.34": "v34.2.0", "1.35": "v35.1.3", "1.36": "v36.3.8"}
+# One CCM build per Kubernetes minor (cloud-provider-gcp docs/RELEASE.md), the newest one registry.k8s.io
+# serves, by digest: git tags are not images, only what kubernetes/k8s.io's promoter manifest lists is
+# pulled (review-gcp.md NG1; upstream/references/registry.k8s.io/k8s-staging-cloud-provider-gcp.yaml).
+# No 1.36 build is in the promoter data at hand, so 1.36 clusters run the 1.35 build: Kubernetes' version
+# skew policy lets cloud-controller-manager be one minor older than kube-apiserver.
+IMAGE_TAGS = {
+    "1.33": "v33.4.0@sha256:d9719ba3d95f3d3ce4811fcf9ffd64b158ab9ac8c81b151cc9faa73a945b5170",
+    "1.34": "v34.2.0@sha256:4795f50bd273894d46e21b5569a716374377ae06d276343a6e5eae5aa93d5de8",
+    "1.35": "v35.0.2@sha256:f1cfeca80d58695683ddaeebb41215bf7239cb49534c5eb2b6e6205929822389",
+    "1.36": "v35.0.2@sha256:f1cfeca80d58695683ddaeebb41215bf7239cb49534c5eb2b6e6205929822389",
+}
 # The cloud config the DaemonSet mounts from each server (its hostPath).
 CLOUD_CONFIG_PATH = "/etc/kubernetes/cloud.config"
 API_PORT = 6443

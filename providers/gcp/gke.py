@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import ipaddress
@@ -28,10 +29,21 @@ from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
 from gpu_k8s.components.sharing import SharingSpec
-from gpu_k8s.components.spec import TAINT_EFFECT_API_NAMES, SystemPoolSpec, TaintSpec, pool_child_name
+from gpu_k8s.components.spec import (
+    TAINT_EFFECT_API_NAMES,
+    GpuPoolSpec,
+    SystemPoolSpec,
+    TaintSpec,
+    pool_child_name,
+)
 from gpu_k8s.components.storage import SharedStorage, shared_storage_class_manifest, storage_class
 from gpu_k8s.providers.gcp.iam import KMS_ENCRYPTER, NodeServiceAccount, gke_service_agent
-from gpu_k8s.providers.gcp.location import project_and_region, zone_issues
+from gpu_k8s.providers.gcp.location import (
+    machine_type_issues,
+    offering_issues,
+    project_and_region,
+    zone_issues,
+)
 from gpu_k8s.providers.gcp.machines import CLOUD_PLATFORM_SCOPE, boot_disk_type, system_pool_issues
 from gpu_k8s.providers.gcp.network import Network
 from gpu_k8s.providers.gcp.services import enabled_services
@@ -138,12 +150,18 @@ def accelerator_sharing(pool: GpuPool) -> dict[str, object]:
     return {}
 
 
+def gke_pool_zones(spec: GkeClusterSpec) -> Callable[[GpuPoolSpec], Sequence[str]]:
+    """A GKE pool's nodes go to its own zones, else the network's."""
+    return lambda pool: pool.zones or spec.network.zones
+
+
 def gke_issues(
     spec: GkeClusterSpec, catalog: Catalog, region: str, pools: Sequence[GpuPool]
 ) -> Iterable[ConfigIssue]:
     """What the generic validation cannot know: zones of the region, GKE's names and limits, and what GKE's
     own autoscaler can plan for."""
     yield from zone_issues(spec, region)
+    yield from offering_issues(spec, gke_pool_zones(spec))
     yield from system_pool_issues(spec, catalog)
     yield from _control_plane_issues(spec.gke, region)
     yield from _control_plane_range_issues(spec)
@@ -412,6 +430,9 @@ class GkeCluster(pulumi.ComponentResource):
             f"{name}-nodes", spec.name, args.project, after=[apis["iam.googleapis.com"]], opts=child
         )
         prerequisites: list[pulumi.Resource] = [*nodes.bindings, apis["container.googleapis.com"]]
+        if spec.runs_filestore_csi:
+            # The cluster turns GKE's Filestore CSI add-on on: the API it calls is enabled first.
+            prerequisites.append(apis[FILESTORE_API])
         if gke.secrets_kms_key is not None:
             project = gcp.organizations.get_project_output(
                 project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
@@ -694,12 +715,18 @@ def build(spec: GkeClusterSpec) -> GpuCluster:
         region=region,
         default_labels={"gpu-k8s-cluster": spec.name},
     )
+    # Whether the project can start each pool's machine type in its zones is known only by asking.
+    raise_if_any(
+        machine_type_issues(spec, project, gke_pool_zones(spec), pulumi.InvokeOptions(provider=provider))
+    )
     gke = GkeCluster(
         spec.name,
         GkeClusterArgs(spec, project, region, traits, pools),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
-    GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(gke.handle, spec.addon_versions.gpu_operator))
+    operator = GpuOperator(
+        f"{spec.name}-gpu-operator", GpuOperatorArgs(gke.handle, spec.addon_versions.gpu_operator)
+    )
     if spec.batch is not None:
         BatchQueues(f"{spec.name}-batch", gke.handle, spec.batch)
-    return gke.handle
+    return dataclasses.replace(gke.handle, gpu_operator=operator)

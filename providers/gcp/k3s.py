@@ -8,7 +8,7 @@ governs any future login and project-wide SSH keys are blocked.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -35,7 +35,7 @@ from gpu_k8s.components.k3s.control_plane import K3sControlPlane, agent_taints, 
 from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
 from gpu_k8s.components.k3s.server_count import server_count
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades
-from gpu_k8s.components.spec import pool_child_name
+from gpu_k8s.components.spec import GpuPoolSpec, pool_child_name
 from gpu_k8s.components.storage import default_storage_class_manifest, storage_class
 from gpu_k8s.providers.gcp.autoscaling import (
     ACCELERATOR_LABEL,
@@ -57,7 +57,12 @@ from gpu_k8s.providers.gcp.cloud_controller import (
 from gpu_k8s.providers.gcp.cloud_controller import PERMISSIONS as CCM_PERMISSIONS
 from gpu_k8s.providers.gcp.iam import NodeServiceAccount, custom_role
 from gpu_k8s.providers.gcp.k3s_bootstrap import gce_node_bootstrap
-from gpu_k8s.providers.gcp.location import project_and_region, zone_issues
+from gpu_k8s.providers.gcp.location import (
+    machine_type_issues,
+    offering_issues,
+    project_and_region,
+    zone_issues,
+)
 from gpu_k8s.providers.gcp.machines import (
     BALANCED_PD,
     CLOUD_PLATFORM_SCOPE,
@@ -76,7 +81,15 @@ from gpu_k8s.providers.gcp.shared_storage import (
     FilestoreSharedStorageArgs,
 )
 
-REQUIRED_APIS = ("compute.googleapis.com", "iam.googleapis.com", "secretmanager.googleapis.com")
+# Cloud Resource Manager for the project-level IAM grants, Cloud Storage for the snapshot bucket and its
+# HMAC key (on by default in a new project, enabled here so a project where it is off works too).
+REQUIRED_APIS = (
+    "cloudresourcemanager.googleapis.com",
+    "compute.googleapis.com",
+    "iam.googleapis.com",
+    "secretmanager.googleapis.com",
+    "storage.googleapis.com",
+)
 FLANNEL_VXLAN_PORT = 8472
 KUBELET_PORT = 10250
 ETCD_PORTS = "2379-2380"
@@ -116,9 +129,15 @@ LONGEST_SERVER_URL = f"https://255.255.255.255:{API_PORT}"
 LONGEST_SECRET_NAME = f"projects/{'p' * 30}/secrets/{'s' * 255}"
 
 
+def k3s_pool_zones(spec: GceK3sClusterSpec) -> Callable[[GpuPoolSpec], Sequence[str]]:
+    """A k3s pool is one zonal group: its own zone, else the network's first."""
+    return lambda pool: list((pool.zones or spec.network.zones)[:1])
+
+
 def gcp_k3s_issues(spec: GceK3sClusterSpec, region: str) -> Iterable[ConfigIssue]:
     """Zones of the region, names Compute Engine takes, and one zone per GPU pool (a zonal group)."""
     yield from zone_issues(spec, region)
+    yield from offering_issues(spec, k3s_pool_zones(spec))
     for index, pool in enumerate(spec.gpu_pools):
         base_name = instance_base_name(spec, pool.name)
         if len(base_name) > MAX_BASE_INSTANCE_NAME:
@@ -315,7 +334,12 @@ class GcpK3sCluster(pulumi.ComponentResource):
             else server_addresses[0]
         )
         snapshots = SnapshotBucket(
-            f"{name}-etcd-snapshots", spec.name, args.project, args.region, identities.servers, opts=child
+            f"{name}-etcd-snapshots",
+            spec.name,
+            args.project,
+            args.region,
+            identities.servers,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[apis["storage.googleapis.com"]]),
         )
         control_plane = K3sControlPlane(
             f"{name}-control-plane",
@@ -823,6 +847,10 @@ def build(spec: GceK3sClusterSpec) -> GpuCluster:
         default_labels={"gpu-k8s-cluster": spec.name},
         opts=pulumi.ResourceOptions(depends_on=[server_count(spec)]),
     )
+    # Whether the project can start each pool's machine type in its zone is known only by asking.
+    raise_if_any(
+        machine_type_issues(spec, project, k3s_pool_zones(spec), pulumi.InvokeOptions(provider=provider))
+    )
     k3s = GcpK3sCluster(
         spec.name,
         GcpK3sClusterArgs(spec, project, region, traits, pools),
@@ -837,5 +865,4 @@ def build(spec: GceK3sClusterSpec) -> GpuCluster:
         }
         for group in k3s.groups
     ]
-    install_gpu_addons(spec, cluster, autoscaler_cloud_values(groups), k3s.autoscaler_identity)
-    return cluster
+    return install_gpu_addons(spec, cluster, autoscaler_cloud_values(groups), k3s.autoscaler_identity)
