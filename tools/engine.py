@@ -30,6 +30,7 @@ from pulumi.runtime import rpc
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
 
+from gpu_k8s.components.availability import gcp_offerings
 from gpu_k8s.components.configbase import CONFIG_NAMESPACE, raise_if_any
 from gpu_k8s.tools import fake_tls
 from gpu_k8s.tools.stackfile import config_key_issues, load_stack_file
@@ -92,6 +93,14 @@ class Registration:
         return self.provider.rsplit("::", 1)[0] if self.provider else ""
 
 
+@dataclass(frozen=True)
+class Invoke:
+    """A provider function the program called (a data source): its token and arguments."""
+
+    token: str
+    args: dict[str, Any]
+
+
 @dataclass
 class Recording:
     """Everything one program run registered."""
@@ -99,6 +108,8 @@ class Recording:
     stack: str
     project: str = CONFIG_NAMESPACE
     registrations: list[Registration] = field(default_factory=list)
+    # Every provider function called, in order (names the plan sends out, such as SSM parameter paths).
+    invokes: list[Invoke] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     # Messages the program logged with pulumi.log.warn (the CLI prints them above the preview).
     warnings: list[str] = field(default_factory=list)
@@ -390,6 +401,13 @@ class RealisticMocks(pulumi_mocks.Mocks):
         if args.token == "gcp:compute/getSubnetwork:getSubnetwork":
             # An existing subnet's primary range; this one is made up.
             return {**args.args, "ipCidrRange": "10.128.0.0/20"}, []
+        if args.token == "gcp:compute/getMachineTypes:getMachineTypes":
+            # What a project sees where Google offers the type: a GPU machine type where the committed
+            # per-zone table lists it, any other type everywhere. Tests that need scarcity answer this
+            # invoke themselves.
+            name = args.args["filter"].split('"')[1]
+            offered = gcp_offerings().offered(name, args.args["zone"]) is not False
+            return {**args.args, "machineTypes": [{"name": name}] if offered else [], "id": name}, []
         if args.token == "gcp:organizations/getProject:getProject":
             project = args.args.get("projectId") or self.project
             return {"projectId": project, "number": "123456789012", "name": project, "id": project}, []
@@ -460,6 +478,14 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         )
         with self.lock:
             self.recording.registrations.append(registration)
+        return response
+
+    def Invoke(self, request):
+        response = super().Invoke(request)
+        if request.tok != "pulumi:pulumi:getResource":
+            invoke = Invoke(request.tok, _unwrap_secrets(rpc.deserialize_properties(request.args)))
+            with self.lock:
+                self.recording.invokes.append(invoke)
         return response
 
     def RegisterResourceOutputs(self, request):

@@ -4,6 +4,7 @@
     gpu-k8s plan aws-eks --json     # one JSON document (format: README.md "The offline plan")
     gpu-k8s plan aws-eks --up       # as `pulumi up` runs the program (not a dry run)
     gpu-k8s plan path/to/Pulumi.x.yaml
+    gpu-k8s plan aws-eks --diff     # what changed per resource against stacks/plans/aws-eks.json
 
 A stack name is looked up in the Pulumi project of the working directory (its `stackConfigDir`); a stack
 file is planned with the project it belongs to (the nearest Pulumi.yaml above it), or, kept outside any
@@ -14,7 +15,8 @@ By default the program runs as `pulumi preview` does; `--up` runs it as `pulumi 
 only apply when resources are really created (refusals of configs that would lock the deployer out, waits
 for a cluster to answer) are planned and tested offline too.
 
-Exit codes: 0 plan printed; 2 invalid stack config (the problems on stderr, nothing on stdout).
+Exit codes: 0 plan printed (with --diff: no change); 1 with --diff: the plan differs from the snapshot;
+2 invalid stack config (the problems on stderr, nothing on stdout).
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ import argparse
 import contextlib
 import json
 import sys
+import textwrap
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 from pulumi.output import Unknown
 
+from gpu_k8s.components.availability import NOT_CHECKED_OFFLINE
 from gpu_k8s.components.configbase import ConfigError
 from gpu_k8s.tools.engine import (
     Project,
@@ -41,6 +45,7 @@ from gpu_k8s.tools.engine import (
     run_program,
     stack_config,
 )
+from gpu_k8s.tools.plan_diff import plan_diff, summary
 
 SECRET_MARK = "[secret]"
 # A value known only once the resource exists (what `pulumi preview` shows as output<T>).
@@ -227,6 +232,10 @@ def render_text(recording: Recording) -> str:
         lines += [f"  {line}" for line in pool_table(pools, queue_quotas(recording))]
     if recording.warnings:
         lines += ["", "Warnings:"] + [f"  {warning}" for warning in recording.warnings]
+    checked = (
+        f"Checked offline: GPU types offered where each pool is placed. Not checked: {NOT_CHECKED_OFFLINE}."
+    )
+    lines += ["", *textwrap.wrap(checked, width=110, subsequent_indent="  ")]
     lines += ["", "Outputs:"]
     for key, value in sorted(redact(recording.outputs).items()):
         lines.append(f"  {key}: {_compact(value)}")
@@ -289,17 +298,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("stack", help="stack name (aws-eks) or path to a stack file")
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON document")
     parser.add_argument("--up", action="store_true", help="run as `pulumi up` does instead of a preview")
+    parser.add_argument(
+        "--diff",
+        nargs="?",
+        const="",
+        metavar="SNAPSHOT",
+        help="print what changed per resource against a saved --json plan (default: the stack's snapshot, "
+        "plans/<stack>.json beside its stack file); exit 1 when something changed",
+    )
     args = parser.parse_args(argv)
     try:
         recording = plan(args.stack, up=args.up)
     except (ConfigError, StackNotFound) as exc:
         print(exc, file=sys.stderr)
         return 2
+    if args.diff is not None:
+        return _print_diff(args.stack, args.diff, plan_document(recording))
     if args.json:
         sys.stdout.write(json.dumps(plan_document(recording), indent=2, sort_keys=True) + "\n")
     else:
         sys.stdout.write(render_text(recording))
     return 0
+
+
+def _print_diff(stack: str, snapshot: str, document: dict[str, Any]) -> int:
+    path = Path(snapshot) if snapshot else snapshot_file(stack_file(stack))
+    if not path.is_file():
+        print(f"{path}: no snapshot to compare with; make one with `gpu-k8s plan {stack} --json > {path}`")
+        before: dict[str, Any] = {"resources": []}
+    else:
+        before = json.loads(path.read_text())
+    # Compare as the snapshot holds it: JSON, with the plan's own redactions.
+    lines = plan_diff(before, json.loads(json.dumps(document, sort_keys=True)))
+    sys.stdout.write(f"Plan of {stack} against {path}: {summary(lines)}\n")
+    sys.stdout.writelines(f"{line}\n" for line in lines)
+    return 1 if lines else 0
+
+
+def snapshot_file(stack_path: Path) -> Path:
+    """stacks/Pulumi.aws-eks.yaml -> stacks/plans/aws-eks.json (what `make snapshots` writes)."""
+    return stack_path.parent / "plans" / f"{stack_name(stack_path)}.json"
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ from gpu_k8s.providers.aws.nodes import (
 )
 from gpu_k8s.providers.aws.settings import EFS_STORAGE, EksClusterSpec
 from gpu_k8s.providers.aws.shared_storage import EfsSharedStorage, EfsSharedStorageArgs, efs_csi_addon
-from gpu_k8s.providers.aws.zones import ZonePlan, zone_issues, zone_plan
+from gpu_k8s.providers.aws.zones import ZonePlan, offering_issues, zone_issues, zone_plan
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
@@ -350,7 +350,11 @@ def build(spec: EksClusterSpec) -> GpuCluster:
     """Everything `pulumi up -s aws-eks` creates; validation runs before the first resource."""
     catalog = load_catalog()
     region = region_from_config()
-    raise_if_any(eks_issues(spec, catalog), platform_issues(spec, EKS_TRAITS, catalog))
+    raise_if_any(
+        eks_issues(spec, catalog),
+        platform_issues(spec, EKS_TRAITS, catalog),
+        offering_issues(spec.gpu_pools, region, catalog),
+    )
     pools = resolve_pools(spec, catalog, EKS_TRAITS)
     unneeded_time = cluster_scale_down_unneeded_time(pools)
     raise_if_any(
@@ -367,9 +371,8 @@ def build(spec: EksClusterSpec) -> GpuCluster:
         EksClusterArgs(spec, region, catalog, zones),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
-    cluster = eks.handle
-    install_gpu_addons(
-        spec, cluster, autoscaler_cloud_values(spec.name, region), [eks.autoscaler_identity.association]
+    cluster = install_gpu_addons(
+        spec, eks.handle, autoscaler_cloud_values(spec.name, region), [eks.autoscaler_identity.association]
     )
     install_efa_device_plugin(spec.name, cluster)
     return cluster

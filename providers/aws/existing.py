@@ -11,6 +11,7 @@ own managing node groups tagged for auto-discovery.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, ClassVar
@@ -64,7 +65,7 @@ from gpu_k8s.providers.aws.iam import EKS_NODE_POLICIES, role_with_policies, ser
 from gpu_k8s.providers.aws.location import aws_provider, cluster_tags, region_from_config
 from gpu_k8s.providers.aws.nodes import NodeGroupContext, gpu_node_pools
 from gpu_k8s.providers.aws.settings import AWS_POOL_RULES, AwsNetwork
-from gpu_k8s.providers.aws.zones import ZonePlan, zone_issues, zone_plan
+from gpu_k8s.providers.aws.zones import ZonePlan, offering_issues, zone_issues, zone_plan
 
 GPU_LAYER = "gpuLayer"
 GPU_LAYER_KEY = f"{CONFIG_NAMESPACE}:{GPU_LAYER}"
@@ -193,7 +194,7 @@ class ExistingEksGpuLayer(pulumi.ComponentResource):
             system_nodes=0,
         )
         identity = AutoscalerIdentity(f"{name}-autoscaler-identity", cluster.name, cluster.name, opts=child)
-        GpuOperator(
+        operator = GpuOperator(
             f"{name}-gpu-operator",
             GpuOperatorArgs(self.handle, args.spec.addon_versions.gpu_operator),
             opts=child,
@@ -209,6 +210,7 @@ class ExistingEksGpuLayer(pulumi.ComponentResource):
             opts=child,
         )
         install_efa_device_plugin(name, self.handle, child)
+        self.handle = dataclasses.replace(self.handle, gpu_operator=operator)
         self.register_outputs({"clusterName": cluster.name, "kubeconfig": kubeconfig})
 
 
@@ -225,6 +227,8 @@ def build_existing_eks_gpu_layer(name: str, raw: object | None = None) -> GpuClu
         else raw,
         catalog,
     )
+    with config_root(GPU_LAYER_KEY):
+        raise_if_any(offering_issues(spec.gpu_pools, region, catalog))
     provider = aws_provider(name, region)
     invoke = pulumi.InvokeOptions(provider=provider)
     cluster = existing_cluster(spec.cluster, invoke)

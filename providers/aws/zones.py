@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from gpu_k8s.components.availability import aws_offerings, where_offered
+from gpu_k8s.components.catalog import Catalog
 from gpu_k8s.components.configbase import ConfigIssue, config_path
 from gpu_k8s.components.spec import GpuPoolSpec
 from gpu_k8s.providers.aws.settings import AwsNetwork
@@ -53,6 +55,42 @@ def pool_zone_indexes(instance_type: str, zones: Sequence[Zone], invoke: pulumi.
         opts=invoke,
     )
     return [index for index, zone in enumerate(zones) if zone.zone_id in offerings.locations]
+
+
+def offering_issues(pools: Sequence[GpuPoolSpec], region: str, catalog: Catalog) -> Iterable[ConfigIssue]:
+    """Pool types the region does not offer at all, from the committed offerings table: refused before the
+    provider exists, naming where the type is offered and what the region offers instead. (The zones are
+    chosen at preview, from what AWS answers then.)"""
+    offerings = aws_offerings()
+    source = offerings.source
+    offered_here = [name for name in catalog.gpu_types("aws") if offerings.offered(name, region)]
+    for index, pool in enumerate(pools):
+        named = [("instanceType", pool.instance_type)] + [
+            (f"extraInstanceTypes.{i}", name) for i, name in enumerate(pool.extra_instance_types)
+        ]
+        for key, type_name in named:
+            if offerings.offered(type_name, region) is not False:
+                continue
+            machine = catalog.machine_type("aws", type_name)
+            same_gpu = [
+                other
+                for other in offered_here
+                if machine is not None and machine.gpu_model == catalog.machine_types["aws"][other].gpu_model
+            ]
+            smallest_same_gpu = ", ".join(_smallest_first(same_gpu, catalog)[:4])
+            alternatives = (
+                f"a type with the same GPU offered there ({smallest_same_gpu})"
+                if same_gpu
+                else f"a GPU offered there ({_one_type_per_gpu(offered_here, catalog) or 'none in the data'})"
+            )
+            yield ConfigIssue(
+                config_path("gpuPools", index, *key.split(".")),
+                type_name,
+                f"is not offered in {region} by AWS's instance-type offerings of {source['uploaded']} "
+                f"(moto {source['version']}'s copy); it is offered in "
+                f"{where_offered(offerings.places(type_name), region.split('-')[0], limit=5)}",
+                f"set aws:region to one of those, or use {alternatives}",
+            )
 
 
 @dataclass(frozen=True)
@@ -196,3 +234,21 @@ def _capacity_block_issues(
             f"the Capacity Block {pool.capacity_reservation_id} holds {block.instance_count} instances",
             f"set maxNodes to at most {block.instance_count}",
         )
+
+
+def _smallest_first(types: Sequence[str], catalog: Catalog) -> list[str]:
+    def size(name: str) -> tuple[int, int, str]:
+        machine = catalog.machine_types["aws"][name]
+        return machine.gpu_count, machine.vcpu or 0, name
+
+    return sorted(types, key=size)
+
+
+def _one_type_per_gpu(types: Sequence[str], catalog: Catalog) -> str:
+    """The smallest type of each GPU model, as `g6.xlarge (L4)`."""
+    smallest: dict[str, str] = {}
+    for name in _smallest_first(types, catalog):
+        model = catalog.machine_types["aws"][name].gpu_model
+        if model is not None:
+            smallest.setdefault(model.display_name, name)
+    return ", ".join(f"{name} ({model})" for model, name in sorted(smallest.items()))
