@@ -7,7 +7,8 @@ import copy
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,12 @@ import pytest
 import yaml
 
 from gpu_k8s.components.configbase import ConfigError, ConfigIssue
+from gpu_k8s.tools.charts import ChartRenderer, ReleaseRef, release_ref
 from gpu_k8s.tools.engine import Recording, run_program, stack_config
 from gpu_k8s.tools.upstream import UpstreamMissing, locate
-from tests.paths import REPO_ROOT
+from tests.paths import FIXTURE_STACKS, REPO_ROOT
 
-STACKS = REPO_ROOT / "stacks"
+STACKS = FIXTURE_STACKS
 
 
 @pytest.fixture(scope="session")
@@ -89,7 +91,7 @@ MIXED_SHARING_POOLS = [
     },
     {
         "name": "h200",
-        "instanceType": "p5e.48xlarge",
+        "instanceType": "p5en.48xlarge",
         "maxNodes": 1,
         "sharing": {"mode": "mig", "layout": "all-balanced"},
     },
@@ -120,6 +122,58 @@ def mixed_sharing(aws_eks_config: dict[str, Any]) -> Recording:
 def cluster_raw(aws_eks_config: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of the aws-eks `gpu-k8s:cluster` value for tests to break."""
     return copy.deepcopy(aws_eks_config["gpu-k8s:cluster"])
+
+
+# --- the plans the tests make, and their Helm releases rendered by real Helm --------------------------------
+
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+# The plans the tests make, with the stack config each was made from.
+PLANS = {
+    "aws_eks": "aws_eks_config",
+    "mixed_sharing": "aws_eks_config",
+    "gcp_gke": "gcp_gke_config",
+    "aws_k3s": "aws_k3s_config",
+    "aws_k3s_efa": "aws_k3s_config",
+    "gcp_k3s": "gcp_k3s_config",
+}
+
+
+@dataclass(frozen=True)
+class RenderedRelease:
+    plan: str
+    ref: ReleaseRef
+    kube_version: str
+    objects: list[dict[str, Any]]
+    recording: Recording
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [o for o in self.objects if o["kind"] == kind]
+
+
+@pytest.fixture(scope="session")
+def renderer() -> Iterator[ChartRenderer]:
+    """Renders kept across runs in .cache/renders (keyed by chart files, Helm, release and values; a render
+    is pure), or where $GPU_K8S_RENDER_CACHE points; GPU_K8S_RENDER_CACHE=off renders everything anew."""
+    setting = os.environ.get("GPU_K8S_RENDER_CACHE", str(REPO_ROOT / ".cache" / "renders"))
+    made = ChartRenderer(cache_dir=None if setting == "off" else Path(setting))
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="session")
+def rendered(request, renderer: ChartRenderer) -> dict[tuple[str, str], RenderedRelease]:
+    """(plan, chart) -> the release rendered by Helm."""
+    releases = {}
+    for plan, config_fixture in PLANS.items():
+        recording = request.getfixturevalue(plan)
+        minor = request.getfixturevalue(config_fixture)["gpu-k8s:cluster"]["kubernetesVersion"]
+        for release in recording.by_type(HELM_RELEASE):
+            ref = release_ref(release.inputs)
+            kube_version = f"{minor}.0"
+            releases[plan, ref.chart] = RenderedRelease(
+                plan, ref, kube_version, renderer.objects(ref, kube_version), recording
+            )
+    return releases
 
 
 def minimal_cluster(**overrides: Any) -> dict[str, Any]:

@@ -11,7 +11,9 @@ record in `upstream/charts/sources.json`.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -81,6 +83,15 @@ def release_ref(inputs: dict[str, Any]) -> ReleaseRef:
     )
 
 
+@cache
+def _tree_digest(root: Path) -> str:
+    """One digest of every file under a pinned chart directory (paths and contents)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def source_problem(ref: ReleaseRef) -> str | None:
     """Why the plan's chart source cannot serve this chart version, or None when it can."""
     source = chart_sources().get((ref.chart, ref.version))
@@ -102,11 +113,14 @@ class RenderError(Exception):
 class ChartRenderer:
     """Packages each pinned chart once, then renders releases from the packages."""
 
-    def __init__(self, workdir: Path | None = None):
+    def __init__(self, workdir: Path | None = None, cache_dir: Path | None = None):
         self._own_dir = None if workdir else tempfile.TemporaryDirectory(prefix="gpu-k8s-charts-")
         self.workdir = workdir or Path(self._own_dir.name)  # type: ignore[union-attr]
         self.helm = str(helm_binary())
+        self.helm_digest = hashlib.sha256(Path(self.helm).read_bytes()).hexdigest()
+        self.cache_dir = cache_dir
         self._packages: dict[tuple[str, str], Path] = {}
+        self._renders: dict[str, str] = {}
 
     def package(self, chart: str, version: str) -> Path:
         key = (chart, version)
@@ -120,13 +134,23 @@ class ChartRenderer:
         return self._packages[key]
 
     def render(self, ref: ReleaseRef, kube_version: str, values: dict[str, Any] | None = None) -> str:
-        """The manifests `helm install` would apply (CRDs included), as Helm prints them."""
+        """The manifests `helm install` would apply (CRDs included), as Helm prints them. A render is a pure
+        function of the pinned chart, the release and the values: each is made once, and kept in
+        `cache_dir` across runs when there is one."""
+        chosen = ref.values if values is None else values
+        key = self._render_key(ref, kube_version, chosen)
+        if key in self._renders:
+            return self._renders[key]
+        cached = self.cache_dir / f"{key}.yaml" if self.cache_dir is not None else None
+        if cached is not None and cached.is_file():
+            self._renders[key] = cached.read_text()
+            return self._renders[key]
         descriptor, name = tempfile.mkstemp(prefix="values-", suffix=".json", dir=self.workdir)
         values_file = Path(name)
         with open(descriptor, "w") as handle:
-            json.dump(ref.values if values is None else values, handle)
+            json.dump(chosen, handle)
         try:
-            return self._helm(
+            text = self._helm(
                 "template",
                 ref.release_name,
                 str(self.package(ref.chart, ref.version)),
@@ -140,6 +164,25 @@ class ChartRenderer:
             )
         finally:
             values_file.unlink()
+        self._renders[key] = text
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            partial = cached.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(text)
+            partial.replace(cached)
+        return text
+
+    def _render_key(self, ref: ReleaseRef, kube_version: str, values: dict[str, Any]) -> str:
+        """What a render depends on: the chart's pinned files, the Helm binary, the release and the values."""
+        source = chart_sources()[(ref.chart, ref.version)]
+        identity = {
+            "chart": _tree_digest(CHARTS_ROOT / source.dir),
+            "package": source.package,
+            "helm": self.helm_digest,
+            "release": [ref.release_name, ref.namespace, kube_version],
+            "values": values,
+        }
+        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
     def objects(self, ref: ReleaseRef, kube_version: str) -> list[dict[str, Any]]:
         return [doc for doc in yaml.safe_load_all(self.render(ref, kube_version)) if doc]

@@ -1,0 +1,231 @@
+"""Derive the tables of public reference data the program and the references contract read, from their
+pinned sources, and write them again when a source is bumped.
+
+    gpu-k8s references refresh    # re-derive every table whose source is at hand; prints what changed
+
+Sources (each recorded with its version or commit and sha256 in the table it feeds, and in
+`upstream/references/sources.json`):
+- moto (a pinned dev dependency: `constraints.txt`) ships AWS's instance-type offerings per region and per
+  zone ID (`moto/ec2/resources/instance_type_offerings/`), read from the installed package;
+- `upstream/references/skypilot-gcp-gpu-rows.csv`, a verbatim excerpt of skypilot-org/skypilot-catalog's
+  GCP catalog: so far the N1-attachable accelerators (T4, V100, P100, P4, one GPU each) per zone, with
+  prices. The machine-type rows (a2, a3, a4, g2, g4) are not transcribed yet, so those types are not judged
+  offline (Compute Engine is asked at preview);
+- the google-api-python-client wheel's discovery documents: which `<service>.googleapis.com` names exist
+  (`--google-api-wheel`, downloaded by pip; the wheel is not a dependency).
+
+The derivations are pure functions of the source bytes, so tests re-derive the committed tables from the
+same sources and compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import hashlib
+import io
+import json
+import sys
+import zipfile
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from gpu_k8s.components.availability import AWS_OFFERINGS_FILE, GCP_ZONES_FILE, N1_ACCELERATOR_NAMES
+from gpu_k8s.components.catalog import load_catalog
+from gpu_k8s.tools.upstream import UPSTREAM_ROOT
+
+REFERENCES = UPSTREAM_ROOT / "references"
+SKYPILOT_GCP_ROWS = REFERENCES / "skypilot-gcp-gpu-rows.csv"
+GOOGLE_APIS_FILE = REFERENCES / "google-apis.json"
+MOTO_OFFERINGS = "moto/ec2/resources/instance_type_offerings"
+# The wheel whose discovery documents name Google's APIs (the same one the GKE, Compute and Filestore API
+# documents under upstream/ come from).
+GOOGLE_API_WHEEL = {
+    "package": "google-api-python-client",
+    "version": "2.202.0",
+    "url": "https://files.pythonhosted.org/packages/8e/a3/023b1fe763bd91cfd43aa2c2960a0f1620f0a4c184bbbfc3e3f6fdc31b06/google_api_python_client-2.202.0-py3-none-any.whl",
+    "sha256": "aaa90064c9bb642ff1d065b22ca8958a2cb6e345909cefe70d0e5452fc50e08b",
+    "uploaded": "2026-11-10",
+}
+# moto as constraints.txt pins it, with its wheel's digest and upload date (PyPI simple index).
+MOTO_WHEEL = {
+    "package": "moto",
+    "version": "5.2.5",
+    "url": "https://files.pythonhosted.org/packages/38/b8/15e2ce7b6bb125558c81f63c42074a768df15138248cf2e2f1de2b4894eb/moto-5.2.5-py3-none-any.whl",
+    "sha256": "eef62cdcf3bfe73e0863743511ba042dfaba04ba3d5ecdcb896a196c693ad528",
+    "uploaded": "2026-10-27",
+}
+SKYPILOT_SOURCE = {
+    "repository": "skypilot-org/skypilot-catalog",
+    "path": "catalogs/v7/gcp/vms.csv",
+    "commit": "017e2502fb63c7a28757acd94002b2d6099d3e3d",
+    "excerpt": "upstream/references/skypilot-gcp-gpu-rows.csv",
+    "rows": "the header, then every row with an empty InstanceType, AcceleratorName T4, V100, P100 or P4 and "
+    "AcceleratorCount 1, in source order (offsets 1,484,000-1,532,000 of 1,642,962)",
+}
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# --- AWS: instance-type offerings from moto ----------------------------------------------------------------
+
+
+def moto_offering_files() -> dict[str, bytes]:
+    """moto's offering files (relative path -> gzip bytes), from the installed package."""
+    dist = metadata.distribution("moto")
+    if dist.version != MOTO_WHEEL["version"]:
+        raise RuntimeError(
+            f"moto {dist.version} is installed; the tables are derived from {MOTO_WHEEL['version']}"
+        )
+    files = {}
+    for entry in dist.files or ():
+        name = str(entry)
+        if name.startswith(f"{MOTO_OFFERINGS}/") and name.endswith(".json.gz"):
+            files[name.removeprefix(f"{MOTO_OFFERINGS}/")] = Path(str(dist.locate_file(entry))).read_bytes()
+    return files
+
+
+def aws_offerings(files: Mapping[str, bytes], instance_types: Iterable[str]) -> dict[str, Any]:
+    """Region -> GPU instance type -> the zone IDs offering it, for the catalog's types; moto's region
+    files say which types a region offers, its zone-ID files where."""
+    wanted = set(instance_types)
+    regions: dict[str, dict[str, list[str]]] = {}
+    for name, body in sorted(files.items()):
+        kind, _, file_name = name.partition("/")
+        region = file_name.removesuffix(".json.gz")
+        rows = json.loads(gzip.decompress(body))
+        if kind == "region":
+            regions.setdefault(region, {})
+            for row in rows:
+                if row["InstanceType"] in wanted:
+                    regions[region].setdefault(row["InstanceType"], [])
+    for name, body in sorted(files.items()):
+        kind, _, file_name = name.partition("/")
+        if kind != "availability-zone-id":
+            continue
+        region = file_name.removesuffix(".json.gz")
+        for row in json.loads(gzip.decompress(body)):
+            zones = regions.get(region, {}).get(row["InstanceType"])
+            if zones is not None:
+                zones.append(row["Location"])
+    return {
+        "source": {
+            **MOTO_WHEEL,
+            "files": f"{MOTO_OFFERINGS}/region/*.json.gz and availability-zone-id/*.json.gz",
+            "sha256_of_files": sha256_hex(b"".join(files[k] for k in sorted(files))),
+            "what": "AWS instance-type offerings per region and zone ID, as moto ships them "
+            "(scripts/ec2_get_instance_type_offerings.py in the moto repository calls "
+            "DescribeInstanceTypeOfferings); only the GPU types of the catalog",
+        },
+        "regions": {
+            region: {t: sorted(set(zones)) for t, zones in sorted(types.items())}
+            for region, types in sorted(regions.items())
+        },
+    }
+
+
+# --- GCP: machine types and accelerators per zone from SkyPilot's catalog ---------------------------------
+
+
+def gcp_zones(rows_csv: str, machine_types: Iterable[str]) -> dict[str, Any]:
+    """Machine type (or N1 accelerator, by its Compute Engine name) -> zone -> [on-demand, spot] USD per
+    hour, from the catalog excerpt; the zones of every row are the zones the data knows."""
+    wanted = set(machine_types)
+    machines: dict[str, dict[str, list[float | None]]] = {}
+    accelerators: dict[str, dict[str, list[float | None]]] = {}
+    zones: set[str] = set()
+    for row in csv.DictReader(io.StringIO(rows_csv)):
+        zone = row["AvailabilityZone"]
+        zones.add(zone)
+        price = [_price(row["Price"]), _price(row["SpotPrice"])]
+        if row["InstanceType"]:
+            if row["InstanceType"] in wanted:
+                machines.setdefault(row["InstanceType"], {})[zone] = price
+        elif row["AcceleratorName"] in N1_ACCELERATOR_NAMES and row["AcceleratorCount"] == "1":
+            # One GPU's price; an N1 VM with several pays it per GPU (skypilot-catalog lists counts 1-8).
+            accelerators.setdefault(N1_ACCELERATOR_NAMES[row["AcceleratorName"]], {})[zone] = price
+    return {
+        "source": {
+            **SKYPILOT_SOURCE,
+            "sha256_of_excerpt": sha256_hex(rows_csv.encode()),
+            "what": "zones where SkyPilot's GCP catalog lists each GPU machine type and N1 accelerator, "
+            "with on-demand and spot prices in USD per hour (null: not listed)",
+        },
+        "zones": sorted(zones),
+        "machineTypes": {name: dict(sorted(z.items())) for name, z in sorted(machines.items())},
+        "accelerators": {name: dict(sorted(z.items())) for name, z in sorted(accelerators.items())},
+    }
+
+
+def _price(text: str) -> float | None:
+    return float(text) if text else None
+
+
+# --- Google API service names from the discovery documents ------------------------------------------------
+
+
+DISCOVERY_DOCUMENTS = "googleapiclient/discovery_cache/documents/"
+# The discovery directory (a list of APIs, no rootUrl): every other document there is one API's.
+DIRECTORY = f"{DISCOVERY_DOCUMENTS}index.json"
+
+
+def google_apis(wheel: bytes) -> dict[str, Any]:
+    """Every `<name>.googleapis.com` service a discovery document of the wheel roots at, with its API ids."""
+    services: dict[str, set[str]] = {}
+    with zipfile.ZipFile(io.BytesIO(wheel)) as archive:
+        for member in archive.namelist():
+            if member.startswith(DISCOVERY_DOCUMENTS) and member.endswith(".json") and member != DIRECTORY:
+                document = json.loads(archive.read(member))
+                host = document["rootUrl"].removeprefix("https://").rstrip("/")
+                services.setdefault(host, set()).add(document["id"])
+    return {
+        "source": {
+            **GOOGLE_API_WHEEL,
+            "members": "googleapiclient/discovery_cache/documents/*.json (rootUrl and id of each)",
+        },
+        "services": {host: sorted(ids) for host, ids in sorted(services.items())},
+    }
+
+
+def write_json(path: Path, document: Mapping[str, Any]) -> bool:
+    """Write the table; True when it changed."""
+    text = json.dumps(document, indent=1, sort_keys=False) + "\n"
+    if path.is_file() and path.read_text() == text:
+        return False
+    path.write_text(text)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpu-k8s references", description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=["refresh"])
+    parser.add_argument(
+        "--google-api-wheel", type=Path, help="the google-api-python-client wheel (pip download)"
+    )
+    args = parser.parse_args(argv)
+    catalog = load_catalog()
+    written = []
+    if write_json(AWS_OFFERINGS_FILE, aws_offerings(moto_offering_files(), catalog.gpu_types("aws"))):
+        written.append(AWS_OFFERINGS_FILE)
+    if write_json(GCP_ZONES_FILE, gcp_zones(SKYPILOT_GCP_ROWS.read_text(), catalog.gpu_types("gcp"))):
+        written.append(GCP_ZONES_FILE)
+    if args.google_api_wheel is not None:
+        wheel = args.google_api_wheel.read_bytes()
+        if sha256_hex(wheel) != GOOGLE_API_WHEEL["sha256"]:
+            print(f"{args.google_api_wheel}: not the pinned {GOOGLE_API_WHEEL['url']}", file=sys.stderr)
+            return 1
+        if write_json(GOOGLE_APIS_FILE, google_apis(wheel)):
+            written.append(GOOGLE_APIS_FILE)
+    for path in written:
+        print(f"rewrote {path}")
+    print(f"{len(written)} table(s) changed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
