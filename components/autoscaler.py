@@ -6,6 +6,7 @@ identity the pod runs with) as plain values; this module adds what every platfor
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -175,10 +176,13 @@ def install_gpu_addons(
     cluster: GpuCluster,
     autoscaler_cloud_values: Mapping[str, Any],
     autoscaler_identity: Sequence[pulumi.Resource] = (),
-) -> None:
+) -> GpuCluster:
     """The GPU Operator and the cluster-autoscaler, on a platform whose autoscaler this toolkit runs; with
-    `batch`, Kueue's queues admit a job once this autoscaler has provisioned all its pods."""
-    GpuOperator(f"{spec.name}-gpu-operator", GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator))
+    `batch`, Kueue's queues admit a job once this autoscaler has provisioned all its pods. Returns the
+    cluster with its operator."""
+    operator = GpuOperator(
+        f"{spec.name}-gpu-operator", GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator)
+    )
     crd = None
     if spec.batch is not None:
         crd = kubernetes_object(
@@ -197,3 +201,4 @@ def install_gpu_addons(
             provisioning_request_crd=crd,
         ),
     )
+    return dataclasses.replace(cluster, gpu_operator=operator)

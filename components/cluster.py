@@ -251,3 +251,6 @@ class GpuCluster:
     system_nodes: int
     # The file system of `storage.shared`, when the stack asks for one.
     shared_storage: SharedStorage | None = None
+    # The NVIDIA GPU Operator once installed: depend on it for "GPUs are advertised" (a component waits for
+    # its children: the operator's release and the sharing configs).
+    gpu_operator: pulumi.ComponentResource | None = None

@@ -27,6 +27,7 @@ __all__ = [
     "Platform",
     "PlatformTraits",
     "build_cluster",
+    "build_existing_eks_gpu_layer",
     "deploy_stack",
     "load_spec",
     "register_platform",
@@ -40,6 +41,14 @@ def build_cluster(spec: ClusterSpec) -> GpuCluster:
     module_name, function_name = platform_of(spec).build.split(":")
     build: Callable[[ClusterSpec], GpuCluster] = getattr(importlib.import_module(module_name), function_name)
     return build(spec)
+
+
+def build_existing_eks_gpu_layer(name: str, raw: object | None = None) -> GpuCluster:
+    """The GPU layer alone on an EKS cluster you already have (`gpu-k8s:gpuLayer`, or `raw`): GPU node groups,
+    the GPU Operator and the cluster-autoscaler; nothing of the cluster itself is created or changed."""
+    from gpu_k8s.providers.aws.existing import build_existing_eks_gpu_layer as build_layer
+
+    return build_layer(name, raw)
 
 
 def deploy_stack() -> GpuCluster:

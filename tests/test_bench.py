@@ -10,6 +10,7 @@ import pytest
 from gpu_k8s.tools.bench import _keyword_arguments, _save, flat_program, replay_file, typed_class
 from gpu_k8s.tools.engine import Recording, find_project, run_program, stack_config
 from tests.conftest import some
+from tests.paths import FIXTURE_STACKS
 
 STACKS = ("aws-eks", "aws-k3s", "gcp-gke", "gcp-k3s")
 
@@ -35,7 +36,7 @@ def _options(options: dict) -> dict:
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_flat_replay_registers_what_the_plan_registers(stack):
     project = find_project()
-    config = stack_config(project.stack_dir / f"Pulumi.{stack}.yaml", project)
+    config = stack_config(FIXTURE_STACKS / f"Pulumi.{stack}.yaml", project)
     plan = run_program(stack, config, project=project)
     replay = run_program(stack, config, program=flat_program(plan))
     assert _resources(replay) == _resources(plan)
@@ -43,7 +44,7 @@ def test_the_flat_replay_registers_what_the_plan_registers(stack):
 
 def test_a_saved_recording_replays_with_its_secrets(tmp_path, monkeypatch):
     project = find_project()
-    config = stack_config(project.stack_dir / "Pulumi.aws-k3s.yaml", project)
+    config = stack_config(FIXTURE_STACKS / "Pulumi.aws-k3s.yaml", project)
     plan = run_program("aws-k3s", config, project=project)
     _save(plan, config, tmp_path / "recording.json")
     replays: list[Recording] = []
@@ -59,7 +60,7 @@ def test_a_saved_recording_replays_with_its_secrets(tmp_path, monkeypatch):
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_replay_registers_every_resource_through_its_typed_sdk_class(stack):
     project = find_project()
-    config = stack_config(project.stack_dir / f"Pulumi.{stack}.yaml", project)
+    config = stack_config(FIXTURE_STACKS / f"Pulumi.{stack}.yaml", project)
     untyped = []
     for r in some(run_program(stack, config, project=project).registrations, at_least=20):
         # Providers and dynamic resources (the k3s API readiness gate and server count) have no SDK class to

@@ -281,3 +281,22 @@ def test_the_efa_jobset_takes_a_whole_p5_node_and_only_nccl_over_efa(aws_eks):
 def _mebibytes(quantity: str) -> int:
     assert quantity.endswith("Mi"), quantity
     return int(quantity.removesuffix("Mi"))
+
+
+@pytest.mark.parametrize("stack", ["aws-eks", "aws-k3s", "gcp-gke", "gcp-k3s"])
+def test_the_built_cluster_hands_out_its_gpu_operator_for_depends_on(stack):
+    """A user program waits for "GPUs ready" with depends_on=[cluster.gpu_operator] (newcomer.md F8)."""
+    from gpu_k8s import build_cluster, load_spec, stack_cluster_config
+    from gpu_k8s.tools.engine import run_program, stack_config
+    from tests.paths import FIXTURE_STACKS
+
+    handles = []
+    recording = run_program(
+        stack,
+        stack_config(FIXTURE_STACKS / f"Pulumi.{stack}.yaml"),
+        program=lambda: handles.append(build_cluster(load_spec(stack_cluster_config()))),
+    )
+    (operator,) = recording.by_type("gpu-k8s:index:GpuOperator")
+    (cluster,) = handles
+    assert cluster.gpu_operator is not None
+    assert cluster.gpu_operator._name == operator.name

@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_k8s.tools.plan import main
-from tests.paths import REPO_ROOT
+from tests.paths import FIXTURE_STACKS
 
-STACKS = sorted((REPO_ROOT / "stacks").glob("Pulumi.*.yaml"))
+STACKS = sorted(FIXTURE_STACKS.glob("Pulumi.*.yaml"))
 ODD_VALUES = [
     None,
     "",

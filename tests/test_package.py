@@ -10,11 +10,14 @@ import sys
 import sysconfig
 import tomllib
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
-from tests.paths import REPO_ROOT
+from tests.paths import FIXTURE_PLANS, FIXTURE_STACKS, REPO_ROOT
 
 STACKS = ["aws-eks", "aws-k3s", "gcp-gke", "gcp-k3s"]
 PACKAGE_DIRS = {
@@ -78,27 +81,66 @@ def test_the_wheel_holds_every_module_and_runtime_file(wheel):
     assert "gpu-k8s = gpu_k8s.tools.cli:main" in entry_points.decode()
 
 
+def runtime_closure(name: str = "gpu-k8s") -> dict[str, metadata.Distribution]:
+    """The distributions `name` declares, transitively (extras left out, markers evaluated here)."""
+    found: dict[str, metadata.Distribution] = {}
+    pending = [name]
+    while pending:
+        dist = metadata.distribution(pending.pop())
+        key = canonicalize_name(dist.metadata["Name"])
+        if key in found:
+            continue
+        found[key] = dist
+        for line in dist.requires or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                pending.append(requirement.name)
+    return found
+
+
 @pytest.fixture(scope="module")
 def installed(wheel, tmp_path_factory) -> Path:
-    """A fresh venv outside the repository with the wheel installed; its dependencies are the test
-    environment's, added as a plain path (so the checkout's editable install does not come along)."""
+    """A fresh venv outside the repository with the wheel and, file by file, exactly the distributions it
+    declares (taken from the test environment: tests make no downloads). A module the library imports but
+    does not declare (a dev tool) is missing here as it would be for a user."""
     root = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", root], check=True, timeout=120)
     python = root / "bin" / "python"
-    fresh_site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    (Path(fresh_site) / "test-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    fresh_site = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    here = Path(sysconfig.get_paths()["purelib"])
+    for key, dist in runtime_closure().items():
+        if key == "gpu-k8s":
+            continue
+        for file in dist.files or ():
+            source = Path(str(dist.locate_file(file)))
+            if source.is_file() and source.is_relative_to(here):
+                target = fresh_site / source.relative_to(here)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(source)
+    # pip runs from the test environment, installing into the fresh one (which has no pip of its own).
+    pip = [sys.executable, "-m", "pip", "--python", python]
     subprocess.run(
-        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheel],
+        [*pip, "install", "--quiet", "--no-deps", "--no-index", wheel],
         check=True,
         capture_output=True,
         timeout=300,
     )
     return root
+
+
+def test_the_fresh_environment_lacks_the_dev_tools(installed):
+    """The environment the package tests plan in holds no test dependency (else they would prove nothing)."""
+    missing = subprocess.run(
+        [installed / "bin" / "python", "-c", "import moto"], capture_output=True, text=True
+    )
+    assert "No module named 'moto'" in missing.stderr
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +151,7 @@ def user_project(tmp_path_factory) -> Path:
     shutil.copy(REPO_ROOT / "__main__.py", project)
     (project / "stacks").mkdir()
     for stack in STACKS:
-        shutil.copy(REPO_ROOT / "stacks" / f"Pulumi.{stack}.yaml", project / "stacks")
+        shutil.copy(FIXTURE_STACKS / f"Pulumi.{stack}.yaml", project / "stacks")
     return project
 
 
@@ -134,7 +176,7 @@ def test_an_installed_package_plans_each_stack_as_the_checkout_does(installed, u
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == (REPO_ROOT / "stacks" / "plans" / f"{stack}.json").read_text()
+    assert result.stdout == (FIXTURE_PLANS / f"{stack}.json").read_text()
 
 
 def test_a_stack_name_outside_any_project_is_refused_with_the_way_out(installed, tmp_path):
@@ -157,17 +199,24 @@ def test_a_stack_file_is_planned_with_the_project_it_belongs_to(installed, user_
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == (REPO_ROOT / "stacks" / "plans" / "aws-k3s.json").read_text()
+    assert result.stdout == (FIXTURE_PLANS / "aws-k3s.json").read_text()
 
 
 def test_the_command_lists_its_tools_and_refuses_an_unknown_one(installed):
     command = installed / "bin" / "gpu-k8s"
     usage = subprocess.run([command, "--help"], capture_output=True, text=True)
     assert usage.returncode == 0
-    assert all(f"gpu-k8s {tool}" in usage.stdout for tool in ("plan", "rent", "bench", "upstream"))
+    assert all(
+        f"gpu-k8s {tool}" in usage.stdout for tool in ("plan", "rent", "bench", "upstream", "references")
+    )
+    version = subprocess.run([command, "--version"], capture_output=True, text=True)
+    assert (
+        version.stdout
+        == f"gpu-k8s {tomllib.loads((REPO_ROOT / 'pyproject.toml').read_text())['project']['version']}\n"
+    )
     unknown = subprocess.run([command, "deploy"], capture_output=True, text=True)
     assert unknown.returncode == 2
-    assert "no command 'deploy'; commands: plan, rent, bench, upstream" in unknown.stderr
+    assert "no command 'deploy'; commands: plan, rent, bench, upstream, references" in unknown.stderr
 
 
 def test_the_contract_data_tool_points_an_installed_user_to_a_checkout(installed, tmp_path):

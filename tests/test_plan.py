@@ -15,9 +15,9 @@ import yaml
 from gpu_k8s.tools.engine import run_program
 from gpu_k8s.tools.plan import plan_document, render_text
 from tests.conftest import minimal_cluster
-from tests.paths import REPO_ROOT
+from tests.paths import FIXTURE_PLANS, FIXTURE_STACKS, REPO_ROOT
 
-PLANS = REPO_ROOT / "stacks" / "plans"
+PLANS = FIXTURE_PLANS
 
 
 def run_plan(*args: str) -> subprocess.CompletedProcess:
@@ -40,7 +40,7 @@ def test_committed_plan_matches_the_program(request, stack):
             difflib.unified_diff(
                 committed.splitlines(True),
                 current.splitlines(True),
-                f"stacks/plans/{stack}.json (committed)",
+                f"tests/fixtures/stacks/plans/{stack}.json (committed)",
                 "plan of the program now",
                 n=2,
             )
@@ -52,8 +52,7 @@ def test_committed_plan_matches_the_program(request, stack):
 
 def test_every_built_stack_has_a_snapshot():
     stacks = {
-        p.name.removeprefix("Pulumi.").removesuffix(".yaml")
-        for p in (REPO_ROOT / "stacks").glob("Pulumi.*.yaml")
+        p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in FIXTURE_STACKS.glob("Pulumi.*.yaml")
     }
     assert stacks == {p.stem for p in PLANS.glob("*.json")}
 
@@ -124,14 +123,14 @@ def test_text_plan_lists_warnings(aws_eks_config):
 
 
 def test_cli_prints_the_plan():
-    result = run_plan("aws-eks")
+    result = run_plan(str(FIXTURE_STACKS / "Pulumi.aws-eks.yaml"))
     assert result.returncode == 0, result.stderr
     committed = json.loads((PLANS / "aws-eks.json").read_text())
     assert result.stdout.startswith(f"Offline plan of stack aws-eks: {len(committed['resources'])} resources")
 
 
 def test_cli_bad_config_exits_2_with_message_on_stderr_only(tmp_path: Path):
-    stack = yaml.safe_load((REPO_ROOT / "stacks" / "Pulumi.aws-eks.yaml").read_text())
+    stack = yaml.safe_load((FIXTURE_STACKS / "Pulumi.aws-eks.yaml").read_text())
     stack["config"]["gpu-k8s:cluster"]["gpuPools"][0]["maxNodes"] = 0
     bad = tmp_path / "Pulumi.bad.yaml"
     bad.write_text(yaml.safe_dump(stack))
@@ -145,7 +144,10 @@ def test_cli_bad_config_exits_2_with_message_on_stderr_only(tmp_path: Path):
 def test_cli_unknown_stack_exits_2_and_lists_stacks():
     result = run_plan("aws-ekz")
     assert result.returncode == 2 and result.stdout == ""
-    assert "aws-eks" in result.stderr
+    users_stacks = sorted(
+        p.name[len("Pulumi.") : -len(".yaml")] for p in (REPO_ROOT / "stacks").glob("Pulumi.*")
+    )
+    assert all(stack in result.stderr for stack in users_stacks), result.stderr
 
 
 @pytest.mark.parametrize(
@@ -159,7 +161,7 @@ def test_cli_unknown_stack_exits_2_and_lists_stacks():
 )
 def test_a_plan_never_imports_the_other_clouds_sdk(stack, other_cloud_sdk):
     probe = (
-        f"import sys, gpu_k8s.tools.plan as p; p.plan({stack!r}); "
+        f"import sys, gpu_k8s.tools.plan as p; p.plan({str(FIXTURE_STACKS / f'Pulumi.{stack}.yaml')!r}); "
         f"print(sorted(m for m in sys.modules if m.startswith({other_cloud_sdk!r})))"
     )
     result = subprocess.run(
@@ -224,7 +226,7 @@ def test_up_flag_plans_the_stack_as_a_real_run(tmp_path):
     refused = run_plan("aws-k3s", "--up", "--json")
     assert refused.returncode == 2 and refused.stdout == ""
     assert 'apiAccessCidrs[0]: "203.0.113.0/24" - is an RFC 5737 documentation range' in refused.stderr
-    stack = yaml.safe_load((REPO_ROOT / "stacks" / "Pulumi.aws-k3s.yaml").read_text())
+    stack = yaml.safe_load((FIXTURE_STACKS / "Pulumi.aws-k3s.yaml").read_text())
     stack["config"]["gpu-k8s:cluster"]["apiAccessCidrs"] = ["198.18.7.0/24"]
     real = tmp_path / "Pulumi.aws-k3s.yaml"
     real.write_text(yaml.safe_dump(stack))

@@ -9,8 +9,7 @@ Before the first `pulumi up`, check what the cluster must already have:
 
 import pulumi
 
-from gpu_k8s import stack_outputs
-from gpu_k8s.providers.aws.existing import build_existing_eks_gpu_layer
+from gpu_k8s import build_existing_eks_gpu_layer, stack_outputs
 
 layer = build_existing_eks_gpu_layer("gpus")
 for output_name, value in stack_outputs(layer).items():

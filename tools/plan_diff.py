@@ -1,0 +1,82 @@
+"""What changed between two offline plans, per resource and per attribute: the diff a reviewer reads.
+
+    gpu-k8s plan aws-eks --diff                      # against stacks/plans/aws-eks.json (the snapshot)
+    gpu-k8s plan aws-eks --diff old-plan.json        # against any saved `--json` plan
+
+Each resource is created (+), deleted (-) or updated (~), named by type and name, with the attributes that
+changed (inputs, dependencies, options) as dotted paths, old -> new. Whether the provider updates in place
+or replaces is the provider's call on the live state; `pulumi preview --diff` says that.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+# A value longer than this is shortened in a diff line (the JSON plan has it whole).
+SHOWN_VALUE = 200
+COMPARED = ("inputs", "dependencies", "options", "parent")
+
+
+def plan_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """Lines of the per-resource diff from the plan document `before` to `after` (empty: no change)."""
+    old = {resource["urn"]: resource for resource in before["resources"]}
+    new = {resource["urn"]: resource for resource in after["resources"]}
+    lines: list[str] = []
+    for urn in sorted(old.keys() | new.keys(), key=lambda u: (_label(old.get(u) or new[u]), u)):
+        if urn not in old:
+            lines.append(f"+ create  {_label(new[urn])}")
+        elif urn not in new:
+            lines.append(f"- delete  {_label(old[urn])}")
+        else:
+            changes = [
+                f"    {path}: {_shown(was)} -> {_shown(now)}"
+                for key in COMPARED
+                for path, was, now in _changes(key, old[urn].get(key), new[urn].get(key))
+            ]
+            if changes:
+                lines.append(f"~ update  {_label(new[urn])}")
+                lines.extend(changes)
+    for path, was, now in _changes("outputs", before.get("outputs"), after.get("outputs")):
+        lines.append(f"~ output  {path}: {_shown(was)} -> {_shown(now)}")
+    return lines
+
+
+def summary(lines: list[str]) -> str:
+    counts = {verb: sum(line.startswith(sign) for line in lines) for verb, sign in _SIGNS.items()}
+    return ", ".join(f"{count} to {verb}" for verb, count in counts.items() if count) or "no changes"
+
+
+_SIGNS = {"create": "+ ", "update": "~ update", "delete": "- "}
+_ABSENT = object()
+
+
+def _label(resource: Mapping[str, Any]) -> str:
+    return f"{resource['type']}  {resource['name']}"
+
+
+def _changes(path: str, was: Any, now: Any) -> Iterator[tuple[str, Any, Any]]:
+    if isinstance(was, dict) and isinstance(now, dict):
+        for key in sorted(was.keys() | now.keys()):
+            yield from _changes(f"{path}.{key}", was.get(key, _ABSENT), now.get(key, _ABSENT))
+    elif isinstance(was, list) and isinstance(now, list) and was != now:
+        # A list shows the items that left it and the items that joined it (order changes: whole list).
+        old_items = [json.dumps(item, sort_keys=True) for item in was]
+        new_items = [json.dumps(item, sort_keys=True) for item in now]
+        gone = [item for item in was if json.dumps(item, sort_keys=True) not in new_items]
+        added = [item for item in now if json.dumps(item, sort_keys=True) not in old_items]
+        if gone or added:
+            yield from ((f"{path}[-]", item, _ABSENT) for item in gone)
+            yield from ((f"{path}[+]", _ABSENT, item) for item in added)
+        else:
+            yield path, was, now
+    elif was != now:
+        yield path, was, now
+
+
+def _shown(value: Any) -> str:
+    if value is _ABSENT:
+        return "(absent)"
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= SHOWN_VALUE else text[: SHOWN_VALUE - 3] + "..."
