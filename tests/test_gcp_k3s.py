@@ -824,6 +824,19 @@ def test_servers_ship_etcd_snapshots_to_the_clusters_bucket_with_their_own_hmac_
     assert cloudinit.ETCD_S3_CREDENTIALS_FILE not in secret_payload(gcp_k3s, "agents")
 
 
+def test_the_snapshot_bucket_and_its_key_wait_for_the_cloud_storage_api(gcp_k3s):
+    """A project where Cloud Storage is off gets it enabled first (a component's depends_on would not reach
+    the bucket: each resource carries the dependency itself)."""
+    (api,) = [
+        s
+        for s in gcp_k3s.by_type("gcp:projects/service:Service")
+        if s.inputs["service"] == "storage.googleapis.com"
+    ]
+    for kind in ("gcp:storage/bucket:Bucket", "gcp:storage/hmacKey:HmacKey"):
+        (resource,) = gcp_k3s.by_type(kind)
+        assert api.urn in resource.dependencies, kind
+
+
 def test_the_snapshot_bucket_is_private_versioned_and_only_the_servers_may_use_it(gcp_k3s):
     (bucket,) = gcp_k3s.by_type("gcp:storage/bucket:Bucket")
     assert bucket.options["retainOnDelete"] is True

@@ -5,6 +5,8 @@ HMAC keys; not run against Cloud Storage here, UNCONFIRMED end to end)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pulumi
 import pulumi_gcp as gcp
 
@@ -42,10 +44,13 @@ class SnapshotBucket(pulumi.ComponentResource):
         project: str,
         region: str,
         writer: NodeServiceAccount,
+        after: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ):
+        """`after`: what the bucket and its key wait for (the Cloud Storage API). A component's own
+        depends_on does not reach its children, so they take it themselves."""
         super().__init__("gpu-k8s:gcp:SnapshotBucket", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(after))
         bucket = gcp.storage.Bucket(
             name,
             location=region,
@@ -59,7 +64,7 @@ class SnapshotBucket(pulumi.ComponentResource):
                 }
             ],
             labels={"gpu-k8s-purpose": "etcd-snapshots"},
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True, depends_on=list(after)),
         )
         role = custom_role(
             f"{name}-role", project, f"etcd snapshots of {cluster_name}", SNAPSHOT_PERMISSIONS, self

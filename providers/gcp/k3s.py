@@ -339,7 +339,8 @@ class GcpK3sCluster(pulumi.ComponentResource):
             args.project,
             args.region,
             identities.servers,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[apis["storage.googleapis.com"]]),
+            after=[apis["storage.googleapis.com"]],
+            opts=child,
         )
         control_plane = K3sControlPlane(
             f"{name}-control-plane",
