@@ -43,7 +43,9 @@ def test_each_change_is_named_by_resource_and_attribute():
         "+ create  aws:ec2/subnet:Subnet  new",
         "~ output  outputs.k: 1 -> 2",
     ]
-    assert summary(plan_diff(before, after)) == "1 to create, 1 to update, 1 to delete"
+    assert summary(plan_diff(before, after)) == (
+        "1 to create, 1 to update, 1 to delete, 1 output value(s) changed"
+    )
 
 
 def test_a_list_shows_what_left_and_what_joined():

@@ -45,7 +45,10 @@ def plan_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
 
 def summary(lines: list[str]) -> str:
     counts = {verb: sum(line.startswith(sign) for line in lines) for verb, sign in _SIGNS.items()}
-    return ", ".join(f"{count} to {verb}" for verb, count in counts.items() if count) or "no changes"
+    outputs = sum(line.startswith("~ output") for line in lines)
+    parts = [f"{count} to {verb}" for verb, count in counts.items() if count]
+    parts += [f"{outputs} output value(s) changed"] if outputs else []
+    return ", ".join(parts) or "no changes"
 
 
 _SIGNS = {"create": "+ ", "update": "~ update", "delete": "- "}
