@@ -130,6 +130,8 @@ CCM_REPO = "https://kubernetes.github.io/cloud-provider-aws"
 # manifest lists no v1.36.x (git tags v1.36.0 and v1.36.1 exist, but are not images), so 1.36 clusters run
 # the 1.35 build: Kubernetes' version skew policy lets cloud-controller-manager be one minor older than
 # kube-apiserver.
+# The same policy makes a 1.36 cluster wait for a promoted 1.36 build before it moves to 1.37 (the CCM must
+# reach the old minor before kube-apiserver leaves it).
 CCM_IMAGE_TAGS = {
     "1.33": "v1.33.4@sha256:b54bc094711e9d7ace6c9bab3d6f02a598e7570ac1fedd6341940e1de79ea476",
     "1.34": "v1.34.3@sha256:ab45cec4a1ee68a556d09a362746db8fd66b258101aefcf0542f51e960248810",

@@ -38,6 +38,8 @@ IMAGE = "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager"
 # pulled (review-gcp.md NG1; upstream/references/registry.k8s.io/k8s-staging-cloud-provider-gcp.yaml).
 # No 1.36 build is in the promoter data at hand, so 1.36 clusters run the 1.35 build: Kubernetes' version
 # skew policy lets cloud-controller-manager be one minor older than kube-apiserver.
+# The same policy makes a 1.36 cluster wait for a promoted 1.36 build before it moves to 1.37 (the CCM must
+# reach the old minor before kube-apiserver leaves it).
 IMAGE_TAGS = {
     "1.33": "v33.4.0@sha256:d9719ba3d95f3d3ce4811fcf9ffd64b158ab9ac8c81b151cc9faa73a945b5170",
     "1.34": "v34.2.0@sha256:4795f50bd273894d46e21b5569a716374377ae06d276343a6e5eae5aa93d5de8",
