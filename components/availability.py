@@ -1,5 +1,5 @@
 """Where each GPU machine type is offered, from committed public data: AWS instance types per region (and
-the zone IDs that offer them), GCP machine types and N1 accelerators per zone (with prices).
+the zone IDs that offer them), GCP machine types and N1 accelerators per zone.
 
 The tables (`data/aws-gpu-offerings.json`, `data/gcp-gpu-zones.json`) carry their source, version or commit
 and sha256; `gpu-k8s references refresh` derives them again (tools/reference_data.py). A pool placed where
@@ -30,8 +30,8 @@ N1_ACCELERATOR_NAMES = {
 # What no offline table can say; the plan says so.
 NOT_CHECKED_OFFLINE = (
     "quotas, free capacity (a GPU type offered in a zone may have none to give), Capacity Block and "
-    "reservation contents beyond their type and zone, types and zones newer than the data, and GCP machine "
-    "types per zone (not in the table yet: Compute Engine is asked at preview)"
+    "reservation contents beyond their type and zone, types and zones newer than the data (on GCP: A4, "
+    "A4X and G4, and CPU machine types; Compute Engine is asked at preview)"
 )
 
 
@@ -39,8 +39,8 @@ NOT_CHECKED_OFFLINE = (
 class Offerings:
     """One cloud's table: where each type is offered, and what the data covers."""
 
-    # type -> places (AWS: regions; GCP: zones) -> extra detail (AWS: zone IDs; GCP: [on-demand, spot] USD/h)
-    by_type: dict[str, dict[str, Any]]
+    # type -> the places offering it (AWS: regions, each with its zone IDs; GCP: zones)
+    by_type: dict[str, Any]
     # The places the data knows at all (a place outside them is not judged).
     known_places: frozenset[str]
     source: dict[str, Any]

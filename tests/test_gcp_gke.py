@@ -377,7 +377,8 @@ def test_kms_key_encrypts_secrets_and_gke_may_use_it_first(gcp_gke_config):
 
 
 def test_latest_driver_channel_and_hyperdisk_for_series_without_pd(gcp_gke_config):
-    h200 = {"name": "h200", "instanceType": "a3-ultragpu-8g", "maxNodes": 1}
+    # us-central1 offers A3 Ultra in zone b only (SkyPilot's catalog).
+    h200 = {"name": "h200", "instanceType": "a3-ultragpu-8g", "maxNodes": 1, "zones": ["us-central1-b"]}
     rec = _variant(
         gcp_gke_config,
         set_path("gke", {"gpuDriverVersion": "latest"}),

@@ -88,3 +88,35 @@ def test_at_preview_a_machine_type_compute_engine_does_not_list_in_a_pool_zone_i
         message
     )
     assert "Fix: pick zones that offer it (gcloud compute machine-types list --filter=name=<type>)" in message
+
+
+@pytest.mark.parametrize("stack", ["gcp_gke_config", "gcp_k3s_config"])
+def test_a_gpu_machine_type_the_zone_does_not_offer_is_refused_naming_zones_that_do(request, stack):
+    config = copy.deepcopy(request.getfixturevalue(stack))
+    pools = config["gpu-k8s:cluster"]["gpuPools"]
+    pools.append({"name": "h100", "instanceType": "a3-highgpu-8g", "maxNodes": 1, "zones": ["us-central1-f"]})
+    message = refused(config)
+    index = len(pools) - 1
+    assert (
+        f'gpuPools[{index}].instanceType: "a3-highgpu-8g" - is not offered in us-central1-f '
+        "(SkyPilot's GCP catalog at 017e2502); it is offered in us-central1-a, us-central1-b, us-central1-c"
+        in message
+    ), message
+
+
+def test_a_gpu_series_newer_than_the_catalog_is_left_to_compute_engine(gcp_gke_config):
+    """The catalog version lists no A4 rows: the offline table does not judge it (the preview does)."""
+    config = copy.deepcopy(gcp_gke_config)
+    pools = config["gpu-k8s:cluster"]["gpuPools"]
+    pools.append({"name": "b200", "instanceType": "a4-highgpu-8g", "maxNodes": 1, "zones": ["us-central1-b"]})
+    assert run_program("offerings", config).registrations
+
+
+def test_at_preview_the_system_machine_type_is_asked_of_compute_engine_in_its_zones(gcp_k3s_config):
+    config = copy.deepcopy(gcp_k3s_config)
+    config["gpu-k8s:cluster"]["systemPool"]["instanceType"] = "e2-standrd-4"
+    message = refused(config, mocks=NoMachineTypesIn("us-central1-b"))
+    assert (
+        'systemPool.instanceType: "e2-standrd-4" - Compute Engine lists no machine type of this name in '
+        "us-central1-b" in message
+    ), message

@@ -25,6 +25,7 @@ from gpu_k8s.tools.engine import Recording
 from gpu_k8s.tools.references import (
     ExternalName,
     ImageRef,
+    chart_images,
     cluster_policy_images,
     external_names,
     gcp_template_names,
@@ -75,6 +76,13 @@ def test_every_name_a_plan_sends_exists(request, rendered, plan):
         "gcp_k3s": {"gcp-role", "gcp-permission", "google-api", "gcp-machine-type", "image"},
     }[plan]
     assert expected <= set(kinds), kinds
+    # Every GPU pool's machine type and the system machine type are checked where they are placed (servers,
+    # node pools, and the templates of the managed groups that use them).
+    machine_types = {
+        "gcp_gke": {"e2-standard-4", "g2-standard-8", "a2-highgpu-1g", "a3-highgpu-8g"},
+        "gcp_k3s": {"e2-standard-4", "g2-standard-8", "a2-highgpu-1g"},
+    }.get(plan, set())
+    assert {n.value for n in names if n.kind == "gcp-machine-type"} == machine_types
     assert problems(names) == []
 
 
@@ -179,6 +187,30 @@ PLANTED = [
         "skypilot",
     ),
     (
+        "gcp_gke",
+        "gcp-machine-type",
+        "a3-highgpu-8g",
+        "us-central1-f",
+        "not offered in us-central1-f (offered in asia-east1-c",
+        "gcp-gpu-zones.json",
+    ),
+    (
+        "gcp_k3s",
+        "gcp-machine-type",
+        "e2-standrd-4",
+        None,
+        "listed neither in the zone, nor recorded",
+        "gcp-cpu-machine-types.json",
+    ),
+    (
+        "gcp_k3s",
+        "gcp-machine-type",
+        "e2-standard-4",
+        "asia-east1-a",
+        "recorded for europe-west1-b",
+        "gcp-cpu-machine-types.json",
+    ),
+    (
         "gcp_k3s",
         "image",
         "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v36.3.8",
@@ -200,6 +232,39 @@ PLANTED = [
         "docker.io/library/nginx:1.29",
         "",
         "neither promoted, nor the chart's own",
+        "images.json",
+    ),
+    # The chart's own default means its repository, not a look-alike that ends in the same name.
+    (
+        "aws_eks",
+        "image",
+        "docker.io/attacker/aws-efa-k8s-device-plugin:v0.5.20",
+        "aws-efa-k8s-device-plugin v0.5.30",
+        "neither promoted, nor the chart's own",
+        "the pinned chart",
+    ),
+    (
+        "aws_eks",
+        "image",
+        "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin",
+        "aws-efa-k8s-device-plugin v0.5.30",
+        "names no tag",
+        "the pinned chart",
+    ),
+    (
+        "aws_eks",
+        "image",
+        "nvcr.io/nvidia/gpu-operator:v26.7.0@sha256:" + "0" * 64,
+        "gpu-operator v26.7.0",
+        "which neither the chart nor images.json records",
+        "the pinned chart",
+    ),
+    (
+        "aws_k3s",
+        "image",
+        "rancher/system-upgrade-controller:v0.20.1@sha256:" + "0" * 64,
+        "",
+        "but images.json records no digest",
         "images.json",
     ),
 ]
@@ -279,8 +344,29 @@ def test_the_gcp_zones_table_is_what_the_catalog_excerpt_says():
     offerings = gcp_offerings()
     assert offerings.offered("nvidia-tesla-t4", "us-central1-a")
     assert offerings.offered("nvidia-tesla-p100", "us-central1-a") is False
-    # Machine-type rows are not transcribed yet: not judged offline (Compute Engine answers at preview).
-    assert offerings.offered("a3-highgpu-8g", "us-central1-a") is None
+    assert offerings.offered("a3-highgpu-8g", "us-central1-a")
+    assert offerings.offered("a3-highgpu-8g", "us-central1-f") is False
+    assert offerings.offered("g2-standard-8", "us-central1-c")
+    # The catalog version lists no A4 or G4 rows: not judged offline (Compute Engine answers at preview).
+    assert offerings.offered("a4-highgpu-8g", "europe-west4-b") is None
+
+
+def test_a_chart_default_image_is_its_values_repository_joined_as_its_templates_join_it():
+    operator = chart_images("gpu-operator", "v26.7.0")
+    assert operator is not None
+    # repository and image are separate values in the GPU Operator; its own tag falls back to appVersion.
+    assert operator.names(ImageRef("nvcr.io/nvidia/gpu-operator", "v26.7.0", ""))
+    assert operator.names(ImageRef("registry.k8s.io/nfd/node-feature-discovery", "v0.19.0", ""))
+    assert not operator.names(ImageRef("nvcr.io/nvidia", "v26.7.0", ""))
+    assert not operator.names(ImageRef("ghcr.io/x/gpu-operator", "v26.7.0", ""))
+    nfs = chart_images("csi-driver-nfs", "4.13.4")
+    provisioner = "registry.k8s.io/sig-storage/csi-provisioner"
+    assert nfs is not None and nfs.names(ImageRef(provisioner, "v6.3.0", ""))
+    assert not nfs.names(ImageRef(provisioner, "v6.2.0", ""))
+    # kueue's git values name the staging registry; its release script writes registry.k8s.io and the tag.
+    kueue = chart_images("kueue", "0.19.2")
+    assert kueue is not None and kueue.names(ImageRef("registry.k8s.io/kueue/kueue", "v0.19.2", ""))
+    assert chart_images("kueue", "0.0.1") is None
 
 
 def test_google_api_names_are_derived_from_the_discovery_documents(tmp_path: Path):

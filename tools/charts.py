@@ -41,6 +41,8 @@ class ChartSource:
     dir: str
     repositories: dict[str, dict[str, str]]
     package: dict[str, str] = field(default_factory=dict)
+    # Values a release script writes into values.yaml just before packaging (not in git).
+    release_values: dict[str, Any] = field(default_factory=dict)
 
 
 @cache
@@ -48,7 +50,12 @@ def chart_sources() -> dict[tuple[str, str], ChartSource]:
     entries = json.loads(SOURCES.read_text())["charts"]
     return {
         (e["chart"], e["version"]): ChartSource(
-            e["chart"], e["version"], e["dir"], e["repositories"], e.get("package", {})
+            e["chart"],
+            e["version"],
+            e["dir"],
+            e["repositories"],
+            e.get("package", {}),
+            e.get("releaseValues", {}),
         )
         for e in entries
     }

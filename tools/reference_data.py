@@ -3,16 +3,21 @@ pinned sources, and write them again when a source is bumped.
 
     gpu-k8s references refresh    # re-derive every table whose source is at hand; prints what changed
 
-Sources (each recorded with its version or commit and sha256 in the table it feeds, and in
-`upstream/references/sources.json`):
+Sources (each recorded with its version or commit and sha256 in the `source` entry of the table it feeds):
 - moto (a pinned dev dependency: `constraints.txt`) ships AWS's instance-type offerings per region and per
   zone ID (`moto/ec2/resources/instance_type_offerings/`), read from the installed package;
 - `upstream/references/skypilot-gcp-gpu-rows.csv`, a verbatim excerpt of skypilot-org/skypilot-catalog's
-  GCP catalog: so far the N1-attachable accelerators (T4, V100, P100, P4, one GPU each) per zone, with
-  prices. The machine-type rows (a2, a3, a4, g2, g4) are not transcribed yet, so those types are not judged
-  offline (Compute Engine is asked at preview);
+  GCP catalog: every row of the A2, A3 and G2 machine types and of the N1-attachable accelerators (T4,
+  V100, P100, P4, one GPU each), per zone. The catalog version has no A4, A4X or G4 rows, so
+  those types are not judged offline (Compute Engine is asked at preview);
 - the google-api-python-client wheel's discovery documents: which `<service>.googleapis.com` names exist
-  (`--google-api-wheel`, downloaded by pip; the wheel is not a dependency).
+  (`--google-api-wheel`, downloaded by pip; the wheel is not a dependency);
+- Karpenter's generated on-demand price table (`upstream/karpenter/1.14.1/pricing/`, pinned in
+  upstream/manifest.json): AWS on-demand Linux prices per instance type, for the regions it lists;
+- cluster-autoscaler's GCE price table (`upstream/cluster-autoscaler/cluster-autoscaler-1.36.1/gce/`): GCP
+  on-demand and preemptible prices per machine type, GPUs included where Google bundles them (A2, G2), and
+  per N1-attachable GPU. SkyPilot's catalog lists a bundled type's GPUs as separate accelerator rows, so its
+  machine-type prices are the host's alone: the zone table keeps SkyPilot's zones, not its prices.
 
 The derivations are pure functions of the source bytes, so tests re-derive the committed tables from the
 same sources and compare.
@@ -26,6 +31,7 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import sys
 import zipfile
 from collections.abc import Iterable, Mapping
@@ -35,6 +41,7 @@ from typing import Any
 
 from gpu_k8s.components.availability import AWS_OFFERINGS_FILE, GCP_ZONES_FILE, N1_ACCELERATOR_NAMES
 from gpu_k8s.components.catalog import load_catalog
+from gpu_k8s.components.prices import AWS_PRICES_FILE, GCP_PRICES_FILE
 from gpu_k8s.tools.upstream import UPSTREAM_ROOT
 
 REFERENCES = UPSTREAM_ROOT / "references"
@@ -58,13 +65,31 @@ MOTO_WHEEL = {
     "sha256": "eef62cdcf3bfe73e0863743511ba042dfaba04ba3d5ecdcb896a196c693ad528",
     "uploaded": "2026-10-27",
 }
+KARPENTER_PRICING = UPSTREAM_ROOT / "karpenter" / "1.14.1" / "pricing" / "zz_generated.pricing_aws.go"
+CA_GCE_PRICES = (
+    UPSTREAM_ROOT / "cluster-autoscaler" / "cluster-autoscaler-1.36.1" / "gce" / "gce_price_info.go"
+)
+CA_GCE_SOURCE = {
+    "repository": "kubernetes/autoscaler",
+    "tag": "cluster-autoscaler-1.36.1",
+    "commit": "35e8a280425c76a4040f57ae0fa232a952c02024",
+    "path": "cluster-autoscaler/cloudprovider/gce/gce_price_info.go",
+    "copy": "upstream/cluster-autoscaler/cluster-autoscaler-1.36.1/gce/gce_price_info.go",
+}
+KARPENTER_SOURCE = {
+    "repository": "aws/karpenter-provider-aws",
+    "commit": "1d927085dd81a9df9301e613f371dac5b4d16bfe",
+    "path": "pkg/providers/pricing/zz_generated.pricing_aws.go",
+    "copy": "upstream/karpenter/1.14.1/pricing/zz_generated.pricing_aws.go",
+}
 SKYPILOT_SOURCE = {
     "repository": "skypilot-org/skypilot-catalog",
     "path": "catalogs/v7/gcp/vms.csv",
     "commit": "017e2502fb63c7a28757acd94002b2d6099d3e3d",
     "excerpt": "upstream/references/skypilot-gcp-gpu-rows.csv",
-    "rows": "the header, then every row with an empty InstanceType, AcceleratorName T4, V100, P100 or P4 and "
-    "AcceleratorCount 1, in source order (offsets 1,484,000-1,532,000 of 1,642,962)",
+    "rows": "the header, then in source order: every row whose InstanceType starts a2- or a3- (offsets "
+    "0-20,574 of 1,642,962), every g2- row (384,065-408,756), and every row with an empty InstanceType, "
+    "AcceleratorName T4, V100, P100 or P4 and AcceleratorCount 1 (1,484,000-1,532,000)",
 }
 
 
@@ -133,37 +158,88 @@ def aws_offerings(files: Mapping[str, bytes], instance_types: Iterable[str]) -> 
 
 
 def gcp_zones(rows_csv: str, machine_types: Iterable[str]) -> dict[str, Any]:
-    """Machine type (or N1 accelerator, by its Compute Engine name) -> zone -> [on-demand, spot] USD per
-    hour, from the catalog excerpt; the zones of every row are the zones the data knows."""
+    """Machine type (or N1 accelerator, by its Compute Engine name) -> the zones listing it, from the catalog
+    excerpt; the zones of every row are the zones the data knows."""
     wanted = set(machine_types)
-    machines: dict[str, dict[str, list[float | None]]] = {}
-    accelerators: dict[str, dict[str, list[float | None]]] = {}
+    machines: dict[str, set[str]] = {}
+    accelerators: dict[str, set[str]] = {}
     zones: set[str] = set()
     for row in csv.DictReader(io.StringIO(rows_csv)):
         zone = row["AvailabilityZone"]
         zones.add(zone)
-        price = [_price(row["Price"]), _price(row["SpotPrice"])]
         if row["InstanceType"]:
             if row["InstanceType"] in wanted:
-                machines.setdefault(row["InstanceType"], {})[zone] = price
+                machines.setdefault(row["InstanceType"], set()).add(zone)
         elif row["AcceleratorName"] in N1_ACCELERATOR_NAMES and row["AcceleratorCount"] == "1":
-            # One GPU's price; an N1 VM with several pays it per GPU (skypilot-catalog lists counts 1-8).
-            accelerators.setdefault(N1_ACCELERATOR_NAMES[row["AcceleratorName"]], {})[zone] = price
+            accelerators.setdefault(N1_ACCELERATOR_NAMES[row["AcceleratorName"]], set()).add(zone)
     return {
         "source": {
             **SKYPILOT_SOURCE,
             "sha256_of_excerpt": sha256_hex(rows_csv.encode()),
-            "what": "zones where SkyPilot's GCP catalog lists each GPU machine type and N1 accelerator, "
-            "with on-demand and spot prices in USD per hour (null: not listed)",
+            "what": "zones where SkyPilot's GCP catalog lists each GPU machine type and N1 accelerator",
         },
         "zones": sorted(zones),
-        "machineTypes": {name: dict(sorted(z.items())) for name, z in sorted(machines.items())},
-        "accelerators": {name: dict(sorted(z.items())) for name, z in sorted(accelerators.items())},
+        "machineTypes": {name: sorted(z) for name, z in sorted(machines.items())},
+        "accelerators": {name: sorted(z) for name, z in sorted(accelerators.items())},
     }
 
 
-def _price(text: str) -> float | None:
-    return float(text) if text else None
+# --- GCP: prices from cluster-autoscaler's GCE price table ----------------------------------------------
+
+
+def gcp_prices(go_source: str) -> dict[str, Any]:
+    """The four price maps of gce_price_info.go: machine types on demand and preemptible (spot), N1 GPUs on
+    demand and preemptible, USD per hour."""
+
+    def price_map(name: str) -> dict[str, float]:
+        body = re.search(rf"\t{name} = map\[string\]float64\{{\n(.*?)\n\t\}}", go_source, re.DOTALL)
+        if body is None:
+            raise ValueError(f"gce_price_info.go has no map {name}")
+        return {key: float(value) for key, value in re.findall(r'"([a-z0-9-]+)":\s+([0-9.]+)', body.group(1))}
+
+    return {
+        "source": {
+            **CA_GCE_SOURCE,
+            "sha256": sha256_hex(go_source.encode()),
+            "what": "list prices in USD per hour that cluster-autoscaler's price expander uses; one figure "
+            "per type, which for e2-standard-4 (0.13402) is us-central1's in SkyPilot's catalog. A2 and "
+            "G2 prices include their GPUs; A3, A4 and G4 are not in the table. The file says e2-micro "
+            "and e2-small are priced above e2-medium on purpose.",
+        },
+        "onDemand": price_map("instancePrices"),
+        "spot": price_map("preemptiblePrices"),
+        "gpuOnDemand": price_map("gpuPrices"),
+        "gpuSpot": price_map("preemptibleGpuPrices"),
+    }
+
+
+# --- AWS: on-demand prices from Karpenter's generated table ------------------------------------------------
+
+
+def aws_prices(go_source: str) -> dict[str, Any]:
+    """Region -> instance type -> on-demand USD per hour, from `InitialOnDemandPricesAWS` (one region block
+    per `"<region>": {` line, entries `"<type>": <price>`)."""
+    generated = re.search(r"// generated at (\S+) for", go_source)
+    prices: dict[str, dict[str, float]] = {}
+    region = None
+    for line in go_source.splitlines():
+        opened = re.fullmatch(r'\t"([a-z0-9-]+)": \{', line)
+        if opened:
+            region = opened.group(1)
+            prices[region] = {}
+        elif region is not None and line.startswith('\t\t"'):
+            for name, price in re.findall(r'"([a-z0-9.-]+)": ([0-9.]+)', line):
+                prices[region][name] = float(price)
+    return {
+        "source": {
+            **KARPENTER_SOURCE,
+            "generated": generated.group(1) if generated else None,
+            "sha256": sha256_hex(go_source.encode()),
+            "what": "on-demand Linux prices in USD per hour, as Karpenter generates them from the AWS "
+            "pricing API for its initial price table (spot prices vary by zone and hour: not here)",
+        },
+        "onDemandUsdPerHour": {r: dict(sorted(types.items())) for r, types in sorted(prices.items())},
+    }
 
 
 # --- Google API service names from the discovery documents ------------------------------------------------
@@ -214,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
         written.append(AWS_OFFERINGS_FILE)
     if write_json(GCP_ZONES_FILE, gcp_zones(SKYPILOT_GCP_ROWS.read_text(), catalog.gpu_types("gcp"))):
         written.append(GCP_ZONES_FILE)
+    if write_json(AWS_PRICES_FILE, aws_prices(KARPENTER_PRICING.read_text())):
+        written.append(AWS_PRICES_FILE)
+    if write_json(GCP_PRICES_FILE, gcp_prices(CA_GCE_PRICES.read_text())):
+        written.append(GCP_PRICES_FILE)
     if args.google_api_wheel is not None:
         wheel = args.google_api_wheel.read_bytes()
         if sha256_hex(wheel) != GOOGLE_API_WHEEL["sha256"]:

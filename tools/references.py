@@ -7,9 +7,9 @@ endpoint services; GCP predefined roles, the permissions of custom roles, Google
 machine types (and N1 accelerators) where they are placed; container images in the charts it installs, the
 manifests it applies and the Plans it hands the upgrade controller. `external_names` collects them from a
 recorded plan (and `image_names` from the objects a release renders to); `problems` checks each one against
-the data under `upstream/references/` (sources and dates in `sources.json` there) and moto's copies of AWS's
-lists, and says, for each name that is neither listed nor recorded with evidence, which resource sent it
-and which source was consulted.
+the data under `upstream/references/` (each table's `source` entry says where it comes from and when) and
+moto's copies of AWS's lists, and says, for each name that is neither listed nor recorded with evidence,
+which resource sent it and which source was consulted.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from gpu_k8s.components.availability import gcp_offerings
+from gpu_k8s.components.prices import gcp_cpu_types
 from gpu_k8s.tools.charts import CHARTS_ROOT, chart_sources
 from gpu_k8s.tools.engine import Recording, Registration
 from gpu_k8s.tools.reference_data import MOTO_WHEEL, REFERENCES, moto_offering_files
@@ -150,7 +151,8 @@ def gcp_template_names(recording: Recording) -> list[ExternalName]:
     found: list[ExternalName] = []
     for group in recording.by_type("gcp:compute/instanceGroupManager:InstanceGroupManager"):
         for version in group.inputs.get("versions") or ():
-            template = templates.get(version.get("instanceTemplate"))
+            # Groups name the template by its selfLinkUnique: the selfLink with "?uniqueId=...".
+            template = templates.get(str(version.get("instanceTemplate")).split("?", 1)[0])
             if template is not None:
                 found.extend(_gcp_machine_names(template.inputs, template.name, str(group.inputs["zone"])))
     return found
@@ -232,6 +234,7 @@ class References:
     aws_region_types: Mapping[str, frozenset[str]]
     promoted: Mapping[str, Mapping[str, str]]
     images: Mapping[str, Mapping[str, str]]
+    gcp_machine_types: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -250,6 +253,7 @@ def load_references() -> References:
         aws_region_types=moto_region_types(),
         promoted=promoted_images(),
         images=images,
+        gcp_machine_types=gcp_cpu_types()["machineTypes"],
         sources=_sources(gcp_iam["source"]["commit"][:8], apis["source"]["version"]),
     )
 
@@ -257,7 +261,10 @@ def load_references() -> References:
 def _sources(iam_dataset_commit: str, google_api_version: str) -> dict[str, str]:
     """Name kind -> the source a problem message names."""
     iam = f"upstream/references/gcp-iam.json (iann0036/iam-dataset@{iam_dataset_commit})"
-    gcp_zones = "components/data/gcp-gpu-zones.json (skypilot-catalog excerpt)"
+    gcp_zones = (
+        "components/data/gcp-gpu-zones.json (skypilot-catalog excerpt), "
+        "components/data/gcp-cpu-machine-types.json"
+    )
     return {
         "aws-managed-policy": f"moto {MOTO_WHEEL['version']}'s copy of AWS's managed-policy list",
         "eks-addon": "upstream/references/eks.json (addons)",
@@ -369,21 +376,27 @@ def _problem(name: ExternalName, refs: References) -> str | None:
             return f"region {name.place!r} is not in the offerings data"
         return None if value in offered else f"not offered in {name.place}"
     if name.kind in ("gcp-machine-type", "gcp-accelerator"):
-        offerings = gcp_offerings()
-        known = offerings.offered(value, name.place)
-        if known is None:
-            # The excerpt does not cover this type (only N1 accelerators are transcribed so far) or zone:
-            # unverified offline; the plan asks Compute Engine for every GPU pool's machine type in each
-            # of its zones at preview (providers/gcp/location.py machine_type_issues).
-            return None
-        return (
-            None
-            if known
-            else f"not offered in {name.place} (offered in {', '.join(offerings.places(value)[:6])})"
-        )
+        return _gcp_type_problem(name, refs)
     if name.kind == "image":
         return _image_problem(name, refs)
     return f"no check for names of kind {name.kind}"
+
+
+def _gcp_type_problem(name: ExternalName, refs: References) -> str | None:
+    """A GPU machine type or N1 accelerator is judged by the per-zone GPU table; a type the table does not
+    list (a CPU type, or a GPU series newer than the catalog) must be recorded with its zones and evidence."""
+    offerings = gcp_offerings()
+    known = offerings.offered(name.value, name.place)
+    if known is not None:
+        places = offerings.places(name.value)
+        return None if known else f"not offered in {name.place} (offered in {', '.join(places[:6])})"
+    recorded = refs.gcp_machine_types.get(name.value)
+    if recorded is None:
+        where = "the GPU table has this type but not" if offerings.places(name.value) else "listed neither in"
+        return f"{where} the zone, nor recorded in components/data/gcp-cpu-machine-types.json"
+    if name.place not in recorded["zones"]:
+        return f"recorded for {', '.join(sorted(recorded['zones'])[:6])} and more, not {name.place}"
+    return None
 
 
 def _image_problem(name: ExternalName, refs: References) -> str | None:
@@ -396,10 +409,19 @@ def _image_problem(name: ExternalName, refs: References) -> str | None:
         if image.digest and image.digest != digest:
             return f"pinned to {image.digest}, but {image.tag} is {digest}"
         return None
+    if not image.tag:
+        return "names no tag (the runtime would pull whatever `latest` is)"
     recorded = refs.images.get(f"{image.repository}:{image.tag}")
     if recorded is not None and recorded.get("evidence"):
+        if image.digest and image.digest != recorded.get("digest"):
+            recorded_digest = recorded.get("digest") or "no digest"
+            return f"pinned to {image.digest}, but images.json records {recorded_digest}"
         return None
-    if name.place and _named_by_chart(image, name.place):
+    chart, _, version = name.place.partition(" ")
+    defaults = chart_images(chart, version) if name.place else None
+    if defaults is not None and defaults.names(image):
+        if image.digest:
+            return f"pinned to {image.digest}, which neither the chart nor images.json records"
         return None
     if image.repository.startswith(f"{PROMOTED_REGISTRY}/"):
         return "not in the promoter-manifest excerpts (add its project's entry) nor recorded in images.json"
@@ -414,37 +436,80 @@ def _version_key(tag: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", tag))
 
 
+@dataclass(frozen=True)
+class ChartImages:
+    """The images a pinned chart runs by default: repository -> the tags its values give it, and the app
+    versions an empty tag falls back to (the chart's and its subcharts')."""
+
+    tags: Mapping[str, frozenset[str]]
+    app_versions: frozenset[str]
+
+    def names(self, image: ImageRef) -> bool:
+        if not image.tag or image.repository not in self.tags:
+            return False
+        if image.tag in self.tags[image.repository]:
+            return True
+        return image.tag.removeprefix("v") in {v.removeprefix("v") for v in self.app_versions}
+
+
 @cache
-def _chart_text(chart: str, version: str) -> str:
+def chart_images(chart: str, version: str) -> ChartImages | None:
+    """What the chart pinned for `chart version` defaults to: every `repository` in its values (and its
+    subcharts', and the values its release script writes) joined, as the charts' templates join them, with a
+    sibling `registry` or an ancestor's `baseRepo` before it or a sibling `image` after it (the GPU Operator
+    splits nvcr.io/nvidia and gpu-operator), with the sibling `tag` or `version`."""
     source = chart_sources().get((chart, version))
     if source is None:
-        return ""
+        return None
     root = CHARTS_ROOT / source.dir
-    return "\n".join(
-        p.read_text(errors="replace") for p in sorted(root.rglob("*")) if p.suffix in (".yaml", ".tpl")
+    documents = [source.release_values]
+    app_versions = {_app_version(chart, version)}
+    for values in sorted(root.rglob("values.yaml")):
+        documents.append(yaml.safe_load(values.read_text()) or {})
+        chart_file = values.parent / "Chart.yaml"
+        if values.parent != root and chart_file.is_file():
+            app_versions.add(str(_chart_metadata(chart_file).get("appVersion", "")))
+    tags: dict[str, set[str]] = {}
+    for document in documents:
+        for repository, tag in _image_fields(document):
+            tags.setdefault(repository, set()).update([tag] if tag else [])
+    return ChartImages(
+        {repository: frozenset(found) for repository, found in tags.items()},
+        frozenset(v for v in app_versions if v),
     )
 
 
-def _named_by_chart(image: ImageRef, place: str) -> bool:
-    """The chart pinned for the release names the image, and its tag is in the chart or is the chart's
-    appVersion (as packaged): the chart's own default, which its release publishes, not a value the program
-    made up."""
-    chart, _, version = place.partition(" ")
-    text = _chart_text(chart, version)
-    if not text or image.repository.rsplit("/", 1)[-1] not in text:
-        return False
-    return image.tag in text or image.tag.removeprefix("v") == _app_version(chart, version).removeprefix("v")
+def _image_fields(value: Any, base: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(value, dict):
+        base = value["baseRepo"] if isinstance(value.get("baseRepo"), str) else base
+        repository = value.get("repository")
+        if isinstance(repository, str) and repository:
+            if repository.startswith("/"):
+                # csi-driver-nfs joins image.baseRepo and a repository that starts with "/".
+                repository = f"{base}{repository}"
+            if isinstance(value.get("registry"), str) and value["registry"]:
+                repository = f"{value['registry']}/{repository}"
+            if isinstance(value.get("image"), str) and value["image"]:
+                repository = f"{repository}/{value['image']}"
+            tag = value.get("tag") or value.get("version") or ""
+            yield repository, str(tag) if isinstance(tag, (str, int, float)) else ""
+        for item in value.values():
+            yield from _image_fields(item, base)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _image_fields(item, base)
 
 
 def _app_version(chart: str, version: str) -> str:
     source = chart_sources()[(chart, version)]
     if "appVersion" in source.package:
         return source.package["appVersion"]
+    return str(_chart_metadata(CHARTS_ROOT / source.dir / "Chart.yaml").get("appVersion", ""))
+
+
+def _chart_metadata(path: Any) -> dict[str, Any]:
     # Some charts keep a license header as a separate YAML document before the metadata.
-    metadata_file = next(
-        d for d in yaml.safe_load_all((CHARTS_ROOT / source.dir / "Chart.yaml").read_text()) if d
-    )
-    return str(metadata_file.get("appVersion", ""))
+    return next(d for d in yaml.safe_load_all(path.read_text()) if d)
 
 
 # --- the command -------------------------------------------------------------------------------------------

@@ -717,7 +717,9 @@ def build(spec: GkeClusterSpec) -> GpuCluster:
     )
     # Whether the project can start each pool's machine type in its zones is known only by asking.
     raise_if_any(
-        machine_type_issues(spec, project, gke_pool_zones(spec), pulumi.InvokeOptions(provider=provider))
+        machine_type_issues(
+            spec, project, gke_pool_zones(spec), system_zones, pulumi.InvokeOptions(provider=provider)
+        )
     )
     gke = GkeCluster(
         spec.name,

@@ -134,6 +134,12 @@ def k3s_pool_zones(spec: GceK3sClusterSpec) -> Callable[[GpuPoolSpec], Sequence[
     return lambda pool: list((pool.zones or spec.network.zones)[:1])
 
 
+def server_zones(spec: GceK3sClusterSpec) -> list[str]:
+    """Each server's zone: the network's zones in turn."""
+    zones = spec.network.zones
+    return [zones[index % len(zones)] for index in range(spec.system_pool.nodes)]
+
+
 def gcp_k3s_issues(spec: GceK3sClusterSpec, region: str) -> Iterable[ConfigIssue]:
     """Zones of the region, names Compute Engine takes, and one zone per GPU pool (a zonal group)."""
     yield from zone_issues(spec, region)
@@ -531,7 +537,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
         balancers and a replacement keep finding a server there. Server 0 founds the cluster."""
         spec = args.spec
         system = spec.system_pool
-        zones = list(spec.network.zones)
+        zones = server_zones(spec)
         ccm_config = pulumi.Output.all(network.network, network.subnetwork).apply(
             lambda names: {
                 CLOUD_CONFIG_PATH: cloud_config(
@@ -558,7 +564,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
                 gcp.compute.Instance(
                     f"{name}-server-{index}",
                     machine_type=system.instance_type,
-                    zone=zones[index % len(zones)],
+                    zone=zones[index],
                     boot_disk=gcp.compute.InstanceBootDiskArgs(
                         initialize_params=gcp.compute.InstanceBootDiskInitializeParamsArgs(
                             image=ubuntu_image(system.instance_type),
@@ -605,10 +611,9 @@ class GcpK3sCluster(pulumi.ComponentResource):
         keep their source address, so the servers' firewall still decides who gets in), and with more than
         one server, the registration address through an internal passthrough one. Both reach every server."""
         child = pulumi.ResourceOptions(parent=self)
-        zones = list(args.spec.network.zones)
         by_zone: dict[str, list[gcp.compute.Instance]] = {}
-        for index, server in enumerate(servers):
-            by_zone.setdefault(zones[index % len(zones)], []).append(server)
+        for zone, server in zip(server_zones(args.spec), servers, strict=True):
+            by_zone.setdefault(zone, []).append(server)
         groups = [
             gcp.compute.InstanceGroup(
                 f"{name}-servers-{zone}",
@@ -850,7 +855,13 @@ def build(spec: GceK3sClusterSpec) -> GpuCluster:
     )
     # Whether the project can start each pool's machine type in its zone is known only by asking.
     raise_if_any(
-        machine_type_issues(spec, project, k3s_pool_zones(spec), pulumi.InvokeOptions(provider=provider))
+        machine_type_issues(
+            spec,
+            project,
+            k3s_pool_zones(spec),
+            server_zones(spec),
+            pulumi.InvokeOptions(provider=provider),
+        )
     )
     k3s = GcpK3sCluster(
         spec.name,

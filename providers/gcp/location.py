@@ -109,20 +109,28 @@ def machine_type_issues(
     spec: GcpClusterSpec,
     project: str,
     zones_of: Callable[[GpuPoolSpec], Sequence[str]],
+    system_zones: Sequence[str],
     invoke: pulumi.InvokeOptions,
 ) -> Iterable[ConfigIssue]:
-    """At preview, ask Compute Engine whether each pool's machine type exists in each of its zones (the
-    project sees what Google offers now, and what the project may use); N1 accelerators are checked offline
-    only (no provider function lists accelerator types)."""
-    for index, pool in enumerate(spec.gpu_pools):
-        for zone in zones_of(pool):
-            found = gcp.compute.get_machine_types(
-                filter=f'name = "{pool.instance_type}"', zone=zone, project=project, opts=invoke
+    """At preview, ask Compute Engine whether each pool's machine type, and the system pool's, exists in each
+    zone it is placed in (the project sees what Google offers now, and what the project may use); N1
+    accelerators are checked offline only (no provider function lists accelerator types)."""
+    placed = [
+        (config_path("gpuPools", index, "instanceType"), pool.instance_type, zone)
+        for index, pool in enumerate(spec.gpu_pools)
+        for zone in zones_of(pool)
+    ] + [
+        (config_path("systemPool", "instanceType"), spec.system_pool.instance_type, zone)
+        for zone in system_zones
+    ]
+    for key, machine_type, zone in placed:
+        found = gcp.compute.get_machine_types(
+            filter=f'name = "{machine_type}"', zone=zone, project=project, opts=invoke
+        )
+        if not found.machine_types:
+            yield ConfigIssue(
+                key,
+                machine_type,
+                f"Compute Engine lists no machine type of this name in {zone} for project {project}",
+                "pick zones that offer it (gcloud compute machine-types list --filter=name=<type>)",
             )
-            if not found.machine_types:
-                yield ConfigIssue(
-                    config_path("gpuPools", index, "instanceType"),
-                    pool.instance_type,
-                    f"Compute Engine lists no machine type of this name in {zone} for project {project}",
-                    "pick zones that offer it (gcloud compute machine-types list --filter=name=<type>)",
-                )

@@ -1,0 +1,101 @@
+"""What nodes and fixed fees cost per hour, from committed public price data (each table carries its source
+and date): AWS on-demand prices from Karpenter's generated table (the pinned version lists us-east-1 only),
+GCP on-demand and spot prices from cluster-autoscaler's GCE table (one figure per type: us-central1's), and
+the fees in `data/fees.json`. List prices: no discounts, commitments, credits, taxes or data transfer; a
+region's own price may differ from the reference region's, and the figure says which it is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from gpu_k8s.components.availability import DATA
+
+AWS_PRICES_FILE = DATA / "aws-prices.json"
+GCP_PRICES_FILE = DATA / "gcp-prices.json"
+GCP_CPU_TYPES_FILE = DATA / "gcp-cpu-machine-types.json"
+FEES_FILE = DATA / "fees.json"
+# The basis of a fee's Price: this, then the fee's name in fees.json.
+FEE = "fee "
+
+
+@dataclass(frozen=True)
+class Price:
+    usd_per_hour: float
+    # What the figure is, for the reader: "on-demand us-east-1", "spot us-central1-a", ...
+    basis: str
+
+
+@cache
+def aws_prices() -> dict[str, Any]:
+    return json.loads(AWS_PRICES_FILE.read_text())
+
+
+@cache
+def gcp_prices() -> dict[str, Any]:
+    return json.loads(GCP_PRICES_FILE.read_text())
+
+
+@cache
+def gcp_cpu_types() -> dict[str, Any]:
+    return json.loads(GCP_CPU_TYPES_FILE.read_text())
+
+
+@cache
+def fees() -> dict[str, Any]:
+    return json.loads(FEES_FILE.read_text())["fees"]
+
+
+def fee(name: str) -> Price:
+    entry = fees()[name]
+    return Price(entry["usdPerHour"], f"{FEE}{name}")
+
+
+def price_sources(clouds: set[str], fees_charged: set[str]) -> str:
+    """Where the node prices of these clouds ("aws", "gcp") come from, and which charged fees are not from the
+    provider's own page."""
+    parts = []
+    if "aws" in clouds:
+        generated = aws_prices()["source"]["generated"][:10]
+        parts.append(f"AWS instances: Karpenter's generated table of {generated}")
+    if "gcp" in clouds:
+        parts.append(f"GCP machine types: {gcp_prices()['source']['tag']}'s GCE price table")
+    secondary = sorted(name for name in fees_charged if fees()[name]["status"] != "published")
+    from_pages = f" ({', '.join(secondary)} from third-party pages)" if secondary else ""
+    parts.append(f"fees: components/data/fees.json{from_pages}")
+    return "; ".join(parts)
+
+
+def aws_node_price(instance_type: str, region: str, spot: bool = False) -> Price | None:
+    """On-demand price in `region`, else in a region the table has (said in the basis); spot prices are not
+    in the data, so a spot node is priced at its on-demand ceiling."""
+    table = aws_prices()["onDemandUsdPerHour"]
+    where = region if instance_type in table.get(region, {}) else None
+    if where is None:
+        where = next((r for r in sorted(table) if instance_type in table[r]), None)
+        if where is None:
+            return None
+    basis = f"on-demand {where}" + ("" if where == region else f", not {region}")
+    return Price(table[where][instance_type], basis + (" (spot: no data)" if spot else ""))
+
+
+def gcp_node_price(
+    machine_type: str, region: str, spot: bool = False, accelerator: tuple[str, int] | None = None
+) -> Price | None:
+    """A GCP node on demand or spot, with an N1 node's attached GPUs; None when the table has no price for
+    the machine type or its GPUs (A3, A4 and G4 are not in it)."""
+    table = gcp_prices()
+    machine = table["spot" if spot else "onDemand"].get(machine_type)
+    if machine is None:
+        return None
+    total = machine
+    if accelerator is not None:
+        gpu = table["gpuSpot" if spot else "gpuOnDemand"].get(accelerator[0])
+        if gpu is None:
+            return None
+        total += gpu * accelerator[1]
+    where = "us-central1" if region == "us-central1" else f"us-central1, not {region}"
+    return Price(round(total, 6), f"{'spot' if spot else 'on-demand'} {where}")
