@@ -72,46 +72,101 @@ def test_secrets_never_reach_the_plan(aws_eks):
     assert "[secret]" in text
 
 
-def test_text_plan_shows_tree_dependencies_and_pool_summary(aws_eks):
-    text = render_text(aws_eks)
+def section(text: str, title: str) -> list[str]:
+    """The lines of one section of the text plan, its title line left out."""
+    return text.split(f"\n{title}", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+
+
+def rows_of(lines: list[str]) -> list[list[str]]:
+    return [re.split(r"\s{2,}", line.strip()) for line in lines]
+
+
+def test_the_full_text_plan_shows_every_resource_and_the_dependencies(aws_eks):
+    text = render_text(aws_eks, full=True)
     assert "gpu-k8s:aws:EksCluster  ml" in text
     assert "ml-gpu-h100-ng-0 -> " in text
     assert "ignoreChanges=scalingConfig.desiredSize" in text
-    rows = [re.split(r"\s{2,}", line.strip()) for line in text.split("GPU pools")[1].splitlines()[2:6]]
-    assert [row[0] for row in rows] == ["l40s", "a10g-shared", "l4-mps", "h100"]
-    # name, instance type, GPU model, GPUs, sharing, slots/node, isolation, nodes, capacity, interconnect,
-    # queue quota
-    assert rows[0][1:5] == ["g6e.xlarge", "nvidia-l40s", "1", "none"]
-    assert [row[5:] for row in rows] == [
-        ["1: 1 x nvidia.com/gpu (48 GiB)", "hardware", "0-4", "spot", "-", "4 x nvidia.com/gpu"],
-        ["4: 4 x nvidia.com/gpu (6 GiB)", "none", "0-4", "spot", "-", "16 x nvidia.com/gpu"],
-        [
-            "16: 16 x nvidia.com/gpu (6 GiB)",
-            "memory+compute limits",
-            "0-2",
-            "on-demand",
-            "-",
-            "32 x nvidia.com/gpu",
-        ],
-        ["56: 56 x nvidia.com/gpu (10 GiB)", "hardware", "0-2", "on-demand", "-", "112 x nvidia.com/gpu"],
-    ]
-    (train,) = [
-        line for line in text.split("GPU pools")[1].splitlines() if line.strip().startswith("h100-train")
-    ]
-    assert re.split(r"\s{2,}", train.strip())[9] == "efa"
+    assert "Summary:" in text
 
 
-def test_the_pool_table_has_no_queue_column_without_batch(gcp_gke):
-    header = render_text(gcp_gke).split("GPU pools")[1].splitlines()[1]
-    assert "capacity" in header and "queue quota" not in header
+def test_the_default_text_plan_counts_resources_per_component_and_fits_110_columns(request):
+    for stack in ("aws_eks", "aws_k3s", "gcp_gke", "gcp_k3s"):
+        recording = request.getfixturevalue(stack)
+        text = render_text(recording)
+        assert max(len(line) for line in text.splitlines()) <= 110, stack
+        assert "ignoreChanges=" not in text and "Dependencies (" not in text
+    components = rows_of(section(render_text(request.getfixturevalue("aws_eks")), "Components"))
+    under = {row[1]: int(row[2]) for row in components if len(row) == 3}
+    assert under["ml"] == 164 and under["ml-gpu-h100"] == 19
+
+
+def test_the_pool_table_gives_hardware_scale_and_price(aws_eks):
+    rows = rows_of(section(render_text(aws_eks), "GPU pools"))
+    assert rows[0] == [
+        "pool",
+        "instance type",
+        "GPUs/node",
+        "nodes",
+        "$/node-h",
+        "$/h at max",
+        "interconnect",
+    ]
+    by_pool = {row[0]: row[1:] for row in rows[1:]}
+    # Karpenter's us-east-1 table: g6e.xlarge 1.861, p5.48xlarge 55.04 (the stack's region).
+    assert by_pool["l40s"] == ["g6e.xlarge", "1 x nvidia-l40s", "0-4 spot", "1.86", "7.44", "-"]
+    assert by_pool["h100-train"] == [
+        "p5.48xlarge",
+        "8 x nvidia-h100-80gb",
+        "0-2 on-demand",
+        "55.04",
+        "110.08",
+        "efa",
+    ]
+
+
+def test_the_slot_table_and_the_batch_queues(aws_eks, gcp_gke):
+    text = render_text(aws_eks)
+    slots = {row[0]: row[1:] for row in rows_of(section(text, "Slots"))[1:]}
+    assert slots["l40s"] == ["none", "hardware", "1: 1 x nvidia.com/gpu (48 GiB)"]
+    assert slots["a10g-shared"] == ["timeSlicing", "none", "4: 4 x nvidia.com/gpu (6 GiB)"]
+    assert slots["l4-mps"] == ["mps", "memory+compute limits", "16: 16 x nvidia.com/gpu (6 GiB)"]
+    assert slots["h100"] == ["mig", "hardware", "56: 56 x nvidia.com/gpu (10 GiB)"]
+    queues = section(text, "Batch queues")
+    assert "  h100-train: 16 x nvidia.com/gpu + 64 x vpc.amazonaws.com/efa" in queues
+    assert "Batch queues" not in render_text(gcp_gke)
 
 
 def test_the_pool_table_has_an_interconnect_column_only_where_a_pool_has_one(gcp_gke, gcp_k3s):
-    lines = render_text(gcp_gke).split("GPU pools")[1].splitlines()
-    assert lines[1].split()[-1] == "interconnect"
-    (train,) = [line for line in lines if line.strip().startswith("h100-train")]
-    assert train.split()[-1] == "compact"
-    assert "interconnect" not in render_text(gcp_k3s).split("GPU pools")[1].splitlines()[1]
+    rows = rows_of(section(render_text(gcp_gke), "GPU pools"))
+    assert rows[0][-1] == "interconnect"
+    assert {row[0]: row[-1] for row in rows[1:]}["h100-train"] == "compact"
+    assert "interconnect" not in section(render_text(gcp_k3s), "GPU pools")[0]
+
+
+def test_each_pool_says_what_a_pod_needs_to_land_there(aws_eks, gcp_gke):
+    pools = {p["name"]: p for p in gcp_gke.outputs["gpuPools"]}
+    # GKE taints GPU nodes nvidia.com/gpu=present itself; time-sharing adds the sharing taint.
+    assert pools["l4"]["usage"] == {
+        "nodeSelector": {"gpu-k8s.io/pool": "l4"},
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+            {
+                "key": "gpu-k8s.io/sharing",
+                "operator": "Equal",
+                "value": "timeSlicing",
+                "effect": "NoSchedule",
+            },
+        ],
+        "resources": ["nvidia.com/gpu"],
+    }
+    eks = {p["name"]: p for p in aws_eks.outputs["gpuPools"]}
+    assert eks["h100-train"]["usage"]["resources"] == ["nvidia.com/gpu", "vpc.amazonaws.com/efa"]
+    assert eks["l40s"]["usage"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    ]
+    lines = section(render_text(gcp_gke), "How a pod lands on a pool")
+    assert lines[0] == ("  l4: nodeSelector gpu-k8s.io/pool=l4; tolerate nvidia.com/gpu=present:NoSchedule,")
+    assert lines[1] == "      gpu-k8s.io/sharing=timeSlicing:NoSchedule; request nvidia.com/gpu"
 
 
 def test_text_plan_lists_warnings(aws_eks_config):

@@ -186,3 +186,25 @@ def test_the_cli_answers_a_malformed_file_with_exit_2_and_one_problem(tmp_path, 
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.count("\n") == 2 and "aliases expand" in captured.err
+
+
+def test_a_project_without_its_program_is_told_what_to_write(tmp_path, capsys):
+    (tmp_path / "Pulumi.yaml").write_text("name: mine\nruntime: python\nstackConfigDir: stacks\n")
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / "Pulumi.dev.yaml").write_text("config: {}\n")
+    assert main([str(tmp_path / "stacks" / "Pulumi.dev.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"the project's program {tmp_path / '__main__.py'} does not exist" in err
+    assert "Fix: write it; the whole program can be `from gpu_k8s import deploy_stack; deploy_stack()`" in err
+
+
+def test_a_crash_exits_3_so_it_never_reads_as_a_changed_plan(monkeypatch, capsys):
+    from gpu_k8s.tools import cli, plan
+
+    def crash(argv):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(plan, "main", crash)
+    assert cli.main(["plan", "aws-eks", "--diff"]) == cli.INTERNAL_ERROR == 3
+    err = capsys.readouterr().err
+    assert "RuntimeError: boom" in err and "gpu-k8s plan: internal error (a bug" in err

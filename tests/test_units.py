@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 
 import pytest
 from hypothesis import given
@@ -153,7 +154,32 @@ def test_kubeconfig_structure():
 def test_readme_rent_table_is_what_the_code_computes():
     readme = (REPO_ROOT / "README.md").read_text()
     section = readme.split("<!-- rent-table:start -->\n")[1].split("<!-- rent-table:end -->")[0]
-    assert section == rent_table(), "README is stale: paste the output of `gpu-k8s rent`"
+    assert section == rent_table(), "README is stale: paste the output of `gpu-k8s rent --markdown`"
+
+
+def test_rent_prices_in_the_region_asked_or_says_it_cannot(capsys):
+    from gpu_k8s.tools import rent
+
+    assert rent.main(["--region", "us-east-1"]) == 0
+    out = capsys.readouterr().out
+    # Karpenter's us-east-1 table: p5.48xlarge 55.04, 56 MIG 1g.10gb slices per node.
+    assert re.search(r"^p5\.48xlarge +8 x NVIDIA H100 80GB +mig 1g\.10gb +56 .* 55\.04 +0\.983$", out, re.M)
+    assert rent.main(["--region", "eu-central-1"]) == 0
+    assert "the data here, has none for eu-central-1" in capsys.readouterr().out
+
+
+def test_rent_of_a_stack_prices_its_pools_where_it_runs(capsys):
+    from gpu_k8s.tools import rent
+    from tests.paths import FIXTURE_STACKS
+
+    assert rent.main(["--stack", str(FIXTURE_STACKS / "Pulumi.gcp-gke.yaml")]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    # Spot g2-standard-8 at 0.27 (cluster-autoscaler's GCE table), 4 time-sliced slots: 0.0675 a slot.
+    assert re.search(
+        r"timeSlicing +4 x nvidia\.com/gpu \(6 GiB\) +none +0\.27 +0\.068 +spot us-central1$", rows["l4"]
+    )
+    assert rows["h100-train"].endswith("n/a       n/a       no price data")
+    assert rent.main(["--stack", "no-such-stack"]) == 2
 
 
 def test_rent_table_rows_follow_the_hardware():

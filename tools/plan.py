@@ -1,6 +1,7 @@
 """The offline plan: what `pulumi up` would create for a stack, without credentials or the Pulumi CLI.
 
-    gpu-k8s plan aws-eks            # resource tree, dependency edges, summary
+    gpu-k8s plan aws-eks            # components, GPU pools, how pods use them, what it costs, warnings
+    gpu-k8s plan aws-eks --full     # and every resource's tree line, the dependency edges, counts by type
     gpu-k8s plan aws-eks --json     # one JSON document (format: README.md "The offline plan")
     gpu-k8s plan aws-eks --up       # as `pulumi up` runs the program (not a dry run)
     gpu-k8s plan path/to/Pulumi.x.yaml
@@ -16,7 +17,8 @@ only apply when resources are really created (refusals of configs that would loc
 for a cluster to answer) are planned and tested offline too.
 
 Exit codes: 0 plan printed (with --diff: no change); 1 with --diff: the plan differs from the snapshot;
-2 invalid stack config (the problems on stderr, nothing on stdout).
+2 invalid stack config (the problems on stderr, nothing on stdout); 3 a crash (a bug: the traceback on
+stderr).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from pulumi.output import Unknown
 
 from gpu_k8s.components.availability import NOT_CHECKED_OFFLINE
 from gpu_k8s.components.configbase import ConfigError
+from gpu_k8s.components.prices import FEE, Price, price_sources
+from gpu_k8s.tools.costs import HOURS_PER_MONTH, Charge, idle_charges, node_price
 from gpu_k8s.tools.engine import (
     Project,
     ProjectNotFound,
@@ -47,6 +51,10 @@ from gpu_k8s.tools.engine import (
 )
 from gpu_k8s.tools.plan_diff import plan_diff, summary
 
+# The text plan fits a terminal of this many columns (wider values wrap or are cut; --json has them whole).
+WIDTH = 110
+# What bills at rest and no plan-level figure covers.
+ALWAYS_UNCOUNTED = ("disks", "data transfer", "logs", "taxes and discounts")
 SECRET_MARK = "[secret]"
 # A value known only once the resource exists (what `pulumi preview` shows as output<T>).
 UNKNOWN_MARK = "[computed]"
@@ -139,41 +147,93 @@ def _slot_text(pool: dict[str, Any]) -> str:
     return " + ".join(f"{s['perNode']} x {s['resource']} ({s['memoryGiB']:g} GiB)" for s in pool["slots"])
 
 
-def pool_table(pools: list[dict[str, Any]], queue_quotas: dict[str, str] | None = None) -> list[str]:
-    """One line per pool of the `gpuPools` output: hardware, sharing, slots, isolation, scaling, its
-    interconnect where any pool has one, and the quota of its batch queue where the plan makes one
-    (`queue_quotas`, by pool name)."""
-    header = (
-        "name",
-        "instance type",
-        "GPU model",
-        "GPUs",
-        "sharing",
-        "slots/node",
-        "isolation",
-        "nodes",
-        "capacity",
-    )
+def pool_table(pools: list[dict[str, Any]], prices: dict[str, Price | None] | None = None) -> list[str]:
+    """One line per pool of the `gpuPools` output: its hardware, how far it scales, what a node costs and
+    what the pool costs at its ceiling (`prices`, by pool name), and its interconnect where any pool has
+    one."""
+    prices = prices or {}
     interconnects = any("interconnect" in pool for pool in pools)
-    rows = [
-        header + (("interconnect",) if interconnects else ()) + (("queue quota",) if queue_quotas else ())
-    ]
-    rows += [
-        (
-            pool["name"],
-            pool["instanceType"],
-            pool["gpuModel"],
-            str(pool["gpusPerNode"]),
-            pool["sharing"],
-            f"{pool['slotsPerNode']}: {_slot_text(pool)}",
-            pool["isolation"],
-            f"{pool['minNodes']}-{pool['maxNodes']}",
-            "spot" if pool["spot"] else "on-demand",
+    header = ("pool", "instance type", "GPUs/node", "nodes", "$/node-h", "$/h at max")
+    rows = [header + (("interconnect",) if interconnects else ())]
+    for pool in pools:
+        price = prices.get(pool["name"])
+        rows.append(
+            (
+                pool["name"],
+                pool["instanceType"],
+                f"{pool['gpusPerNode']} x {pool['gpuModel']}",
+                f"{pool['minNodes']}-{pool['maxNodes']} {'spot' if pool['spot'] else 'on-demand'}",
+                "n/a" if price is None else f"{price.usd_per_hour:.2f}",
+                "n/a" if price is None else f"{price.usd_per_hour * pool['maxNodes']:.2f}",
+            )
+            + ((pool.get("interconnect", "-"),) if interconnects else ())
         )
-        + ((pool.get("interconnect", "-"),) if interconnects else ())
-        + ((queue_quotas.get(pool["name"], "none"),) if queue_quotas else ())
+    return _columns(rows)
+
+
+def slot_table(pools: list[dict[str, Any]]) -> list[str]:
+    """One line per pool: how its GPUs are shared, how well slots are isolated, the slots a node offers."""
+    header = ("pool", "sharing", "isolation", "slots/node")
+    rows = [header] + [
+        (pool["name"], pool["sharing"], pool["isolation"], f"{pool['slotsPerNode']}: {_slot_text(pool)}")
         for pool in pools
     ]
+    return _columns(rows)
+
+
+def usage_lines(pools: list[dict[str, Any]]) -> list[str]:
+    """Per pool, what a pod's spec says to land there (the `usage` of the `gpuPools` output)."""
+    lines = []
+    for pool in pools:
+        usage = pool["usage"]
+        selector = ", ".join(f"{k}={v}" for k, v in usage["nodeSelector"].items())
+        tolerations = ", ".join(
+            f"{t['key']}={t['value']}:{t['effect']}"
+            if t["operator"] == "Equal"
+            else f"{t['key']}:{t['effect']}"
+            for t in usage["tolerations"]
+        )
+        text = (
+            f"{pool['name']}: nodeSelector {selector}; tolerate {tolerations}; "
+            f"request {' or '.join(usage['resources'])}"
+        )
+        lines += textwrap.wrap(text, width=WIDTH - 2, subsequent_indent="    ")
+    return lines
+
+
+def cost_lines(recording: Recording, prices: dict[str, Price | None]) -> list[str]:
+    """The idle baseline a month, what it is made of, what is not counted, and the GPU pools at ceiling."""
+    charges, not_counted = idle_charges(recording)
+    idle = sum(charge.usd_per_hour for charge in charges)
+    parts = " + ".join(_charge_text(charge) for charge in charges)
+    ceiling = sum(
+        price.usd_per_hour * pool["maxNodes"]
+        for pool in recording.outputs.get("gpuPools", [])
+        if (price := prices.get(pool["name"])) is not None
+    )
+    unpriced = [name for name, price in prices.items() if price is None]
+    clouds = {r.type.split(":")[2] for r in recording.registrations if r.type.startswith("pulumi:providers:")}
+    fees_charged = {
+        c.price.basis.removeprefix(FEE) for c in charges if c.price and c.price.basis.startswith(FEE)
+    }
+    month = f"${idle * HOURS_PER_MONTH:,.2f} a month (${idle:.2f}/h)"
+    text = [
+        f"Idle, every GPU pool at its floor: {month}: {parts}.",
+        f"Not counted: {', '.join([*not_counted, *ALWAYS_UNCOUNTED])}.",
+        f"Every GPU pool at its ceiling adds ${ceiling:,.2f}/h"
+        + (f", plus pools {', '.join(unpriced)}, which have no price data." if unpriced else "."),
+        f"List prices in USD per hour; {price_sources(clouds, fees_charged)}.",
+    ]
+    return [line for para in text for line in textwrap.wrap(para, WIDTH - 2, subsequent_indent="  ")]
+
+
+def _charge_text(charge: Charge) -> str:
+    assert charge.price is not None
+    basis = "" if charge.price.basis.startswith(FEE) else f" ({charge.price.basis})"
+    return f"{charge.count} x {charge.what} at {charge.price.usd_per_hour:g}{basis}"
+
+
+def _columns(rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
@@ -198,17 +258,74 @@ def queue_quotas(recording: Recording) -> dict[str, str]:
     return quotas
 
 
-def render_text(recording: Recording) -> str:
-    """Tree of resources by parent, dependency edges, then a summary of counts and GPU pools."""
+def render_text(recording: Recording, full: bool = False) -> str:
+    """The components and their resource counts (with `full`, every resource's tree line, the dependency
+    edges and counts by type), then the GPU pools, how a pod uses each, what the stack costs, the warnings,
+    what was not checked offline, and the outputs."""
+    count = len(recording.registrations)
+    lines = [f"Offline plan of stack {recording.stack}: {count} resources", ""]
+    lines += _full_tree(recording) if full else _component_tree(recording)
+    pools = redact(recording.outputs.get("gpuPools", []))
+    prices = {pool["name"]: node_price(recording, pool) for pool in pools}
+    if pools:
+        lines += ["", "GPU pools (USD, list prices):"]
+        lines += [f"  {line}" for line in pool_table(pools, prices)]
+        lines += ["", "Slots (schedulable GPU resources per node once the GPUs are set up):"]
+        lines += [f"  {line}" for line in slot_table(pools)]
+        quotas = queue_quotas(recording)
+        if quotas:
+            lines += ["", "Batch queues (Kueue ClusterQueue per pool, nominal quota):"]
+            lines += [_cut(f"  {name}: {quota}") for name, quota in quotas.items()]
+        lines += ["", "How a pod lands on a pool (nodeSelector, tolerations, one of the resources):"]
+        lines += [f"  {line}" for line in usage_lines(pools)]
+    lines += ["", "Cost:"] + [f"  {line}" for line in cost_lines(recording, prices)]
+    if recording.warnings:
+        lines += ["", "Warnings:"]
+        for warning in recording.warnings:
+            lines += textwrap.wrap(warning, WIDTH, initial_indent="  ", subsequent_indent="    ")
+    checked = (
+        f"Checked offline: GPU types offered where each pool is placed. Not checked: {NOT_CHECKED_OFFLINE}."
+    )
+    lines += ["", *textwrap.wrap(checked, width=WIDTH, subsequent_indent="  ")]
+    lines += ["", "Outputs:"]
+    for key, value in sorted(redact(recording.outputs).items()):
+        if key != "gpuPools":
+            lines.append(_cut(f"  {key}: {_compact(value)}"))
+    lines.append("  gpuPools: (the tables above; --json has the whole value)")
+    return "\n".join(lines) + "\n"
+
+
+def _component_tree(recording: Recording) -> list[str]:
+    """Each component (down to its child components) with the number of resources under it."""
     by_urn = {r.urn: r for r in recording.registrations}
     children: dict[str, list[Registration]] = defaultdict(list)
     for r in recording.registrations:
         children[r.parent if r.parent in by_urn else ""].append(r)
-    lines = [
-        f"Offline plan of stack {recording.stack}: {len(recording.registrations)} resources",
-        "",
-        f"pulumi:pulumi:Stack  {recording.project}-{recording.stack}",
-    ]
+
+    def under(urn: str) -> int:
+        return sum(1 + under(child.urn) for child in children.get(urn, []))
+
+    lines = ["Components (resources under each; every resource: --full):"]
+
+    def walk(parent: str, depth: int) -> None:
+        for resource in sorted(children.get(parent, []), key=lambda r: (r.name, r.type)):
+            if not resource.custom:
+                lines.append(_cut(f"{'  ' * depth}{resource.type}  {resource.name}  {under(resource.urn)}"))
+                walk(resource.urn, depth + 1)
+
+    walk("", 1)
+    providers = sorted(r.name for r in children.get("", []) if r.type.startswith("pulumi:providers:"))
+    lines.append(_cut(f"  providers: {', '.join(providers)}"))
+    return lines
+
+
+def _full_tree(recording: Recording) -> list[str]:
+    """Every resource under its parent, the dependency edges, and counts by type."""
+    by_urn = {r.urn: r for r in recording.registrations}
+    children: dict[str, list[Registration]] = defaultdict(list)
+    for r in recording.registrations:
+        children[r.parent if r.parent in by_urn else ""].append(r)
+    lines = [f"pulumi:pulumi:Stack  {recording.project}-{recording.stack}"]
 
     def walk(parent: str, prefix: str) -> None:
         kids = sorted(children.get(parent, []), key=lambda r: (r.name, r.type))
@@ -226,20 +343,11 @@ def render_text(recording: Recording) -> str:
     lines += ["", "Summary:"]
     for type_, count in sorted(Counter(r.type for r in recording.registrations).items()):
         lines.append(f"  {count:4d}  {type_}")
-    pools = redact(recording.outputs.get("gpuPools", []))
-    if pools:
-        lines += ["", "GPU pools (slots: schedulable GPU resources per node once the GPUs are set up):"]
-        lines += [f"  {line}" for line in pool_table(pools, queue_quotas(recording))]
-    if recording.warnings:
-        lines += ["", "Warnings:"] + [f"  {warning}" for warning in recording.warnings]
-    checked = (
-        f"Checked offline: GPU types offered where each pool is placed. Not checked: {NOT_CHECKED_OFFLINE}."
-    )
-    lines += ["", *textwrap.wrap(checked, width=110, subsequent_indent="  ")]
-    lines += ["", "Outputs:"]
-    for key, value in sorted(redact(recording.outputs).items()):
-        lines.append(f"  {key}: {_compact(value)}")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= WIDTH else line[: WIDTH - 3] + "..."
 
 
 class StackNotFound(Exception):
@@ -290,6 +398,12 @@ def plan(stack: str, up: bool = False) -> Recording:
         project = project_of(path)
     except ProjectNotFound as exc:
         raise StackNotFound(f"{stack}: {exc}") from None
+    if not project.program.is_file():
+        raise StackNotFound(
+            f"{stack}: the project's program {project.program} does not exist (Pulumi.yaml's `main` names "
+            "its directory, by default Pulumi.yaml's own). Fix: write it; the whole program can be "
+            "`from gpu_k8s import deploy_stack; deploy_stack()`"
+        )
     return run_program(stack_name(path), stack_config(path, project), preview=not up, project=project)
 
 
@@ -297,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu-k8s plan", description=__doc__.split("\n")[0])
     parser.add_argument("stack", help="stack name (aws-eks) or path to a stack file")
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON document")
+    parser.add_argument(
+        "--full", action="store_true", help="print every resource, the dependency edges and counts by type"
+    )
     parser.add_argument("--up", action="store_true", help="run as `pulumi up` does instead of a preview")
     parser.add_argument(
         "--diff",
@@ -317,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         sys.stdout.write(json.dumps(plan_document(recording), indent=2, sort_keys=True) + "\n")
     else:
-        sys.stdout.write(render_text(recording))
+        sys.stdout.write(render_text(recording, full=args.full))
     return 0
 
 

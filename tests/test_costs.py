@@ -1,0 +1,111 @@
+"""What a stack costs: node prices per pool, the idle baseline read off the planned resources, what no table
+prices named, and the price tables re-derived from their pinned sources.
+
+The expected figures are worked out by hand from the sources: Karpenter's us-east-1 table (m7i.large 0.1008,
+g6e.xlarge 1.861), cluster-autoscaler's GCE table (e2-standard-4 0.13402, n1-standard-8 0.38, T4 0.35, spot
+g2-standard-8 0.27) and components/data/fees.json (EKS and GKE 0.10, NAT gateway 0.045).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from gpu_k8s.components.prices import AWS_PRICES_FILE, GCP_PRICES_FILE, aws_node_price, gcp_node_price
+from gpu_k8s.tools import reference_data
+from gpu_k8s.tools.costs import HOURS_PER_MONTH, idle_charges, node_price
+from gpu_k8s.tools.engine import run_program
+from gpu_k8s.tools.plan import render_text
+
+
+def idle_per_hour(recording) -> float:
+    charges, _ = idle_charges(recording)
+    return round(sum(charge.usd_per_hour for charge in charges), 6)
+
+
+def test_the_idle_baseline_is_the_resources_that_bill_at_rest(aws_eks, aws_k3s, gcp_gke, gcp_k3s):
+    # EKS: control plane + 3 NAT gateways + 2 m7i.large system nodes; GPU pools are at zero.
+    assert idle_per_hour(aws_eks) == round(0.10 + 3 * 0.045 + 2 * 0.1008, 6)
+    # k3s on EC2: 3 m7i.large servers + 3 NAT gateways, no control-plane fee.
+    assert idle_per_hour(aws_k3s) == round(3 * 0.1008 + 3 * 0.045, 6)
+    # GKE (regional: the free tier's credit does not apply): fee + 2 e2-standard-4 system nodes.
+    assert idle_per_hour(gcp_gke) == round(0.10 + 2 * 0.13402, 6)
+    assert idle_per_hour(gcp_k3s) == round(3 * 0.13402, 6)
+    assert f"${(0.10 + 3 * 0.045 + 2 * 0.1008) * HOURS_PER_MONTH:,.2f} a month" in render_text(aws_eks)
+
+
+def test_what_bills_at_rest_but_has_no_price_is_named(gcp_k3s, aws_k3s):
+    _, not_counted = idle_charges(gcp_k3s)
+    assert "1 x Filestore instance (per provisioned GiB)" in not_counted
+    assert "2 x forwarding rule" in not_counted and "1 x Cloud NAT gateway" in not_counted
+    _, not_counted = idle_charges(aws_k3s)
+    assert "2 x load balancer" in not_counted and "3 x Elastic IP" in not_counted
+
+
+def test_a_gpu_pool_kept_warm_by_min_nodes_is_part_of_the_idle_baseline(aws_eks_config, aws_eks):
+    config = copy.deepcopy(aws_eks_config)
+    pool = config["gpu-k8s:cluster"]["gpuPools"][0]
+    assert pool["instanceType"] == "g6e.xlarge" and pool["spot"]
+    pool["minNodes"] = 1
+    warm = run_program("warm", config)
+    # A spot pool is priced at its on-demand ceiling: the data has no spot prices for AWS.
+    assert idle_per_hour(warm) == round(idle_per_hour(aws_eks) + 1.861, 6)
+
+
+def test_pool_prices_follow_the_data_and_say_what_they_are(aws_eks, gcp_gke):
+    prices = {pool["name"]: node_price(aws_eks, pool) for pool in aws_eks.outputs["gpuPools"]}
+    assert prices["l40s"] is not None and prices["l40s"].usd_per_hour == 1.861
+    assert prices["l40s"].basis == "on-demand us-east-1 (spot: no data)"
+    gke = {pool["name"]: node_price(gcp_gke, pool) for pool in gcp_gke.outputs["gpuPools"]}
+    # Spot L4 (GPU included in G2's price); two T4s on an n1-standard-8; no A3 price in the table.
+    assert (gke["l4"].usd_per_hour, gke["l4"].basis) == (0.27, "spot us-central1")
+    assert gke["t4"].usd_per_hour == round(0.38 + 2 * 0.35, 6)
+    assert gke["h100-train"] is None
+    text = render_text(gcp_gke)
+    assert "plus pools h100-train, which have no price data" in text
+
+
+def test_a_region_the_price_table_lacks_is_priced_at_the_reference_region_and_says_so():
+    price = aws_node_price("g6e.xlarge", "eu-central-1")
+    assert price is not None and price.basis == "on-demand us-east-1, not eu-central-1"
+    assert aws_node_price("x9.nonexistent", "us-east-1") is None
+    assert gcp_node_price("e2-standard-4", "europe-west4").basis == "on-demand us-central1, not europe-west4"
+    assert gcp_node_price("n1-standard-8", "us-central1", accelerator=("nvidia-tesla-a100", 1)) is not None
+    assert gcp_node_price("n1-standard-8", "us-central1", accelerator=("nvidia-h100-80gb", 1)) is None
+
+
+@pytest.mark.parametrize(
+    ("table", "derive", "source"),
+    [
+        (AWS_PRICES_FILE, reference_data.aws_prices, reference_data.KARPENTER_PRICING),
+        (GCP_PRICES_FILE, reference_data.gcp_prices, reference_data.CA_GCE_PRICES),
+    ],
+)
+def test_the_price_tables_are_what_their_pinned_sources_say(table, derive, source):
+    assert json.loads(table.read_text()) == json.loads(json.dumps(derive(source.read_text())))
+
+
+def test_the_derivations_read_the_go_tables_they_are_given():
+    go = '// generated at 2026-01-01T00:00:00Z for x\n\t"xx-1": {\n\t\t"a.b": 1.5, "c.d": 0.25,\n\t},\n'
+    aws = reference_data.aws_prices(go)
+    assert aws["onDemandUsdPerHour"] == {"xx-1": {"a.b": 1.5, "c.d": 0.25}}
+    gce = "\n".join(
+        f'\t{name} = map[string]float64{{\n\t\t"t-1":  {value},\n\t}}'
+        for name, value in (
+            ("instancePrices", 2),
+            ("preemptiblePrices", 1),
+            ("gpuPrices", 3),
+            ("preemptibleGpuPrices", 0.5),
+        )
+    )
+    prices = reference_data.gcp_prices(gce)
+    assert (prices["onDemand"], prices["spot"], prices["gpuOnDemand"], prices["gpuSpot"]) == (
+        {"t-1": 2.0},
+        {"t-1": 1.0},
+        {"t-1": 3.0},
+        {"t-1": 0.5},
+    )
+    with pytest.raises(ValueError, match="no map instancePrices"):
+        reference_data.gcp_prices("")

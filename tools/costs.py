@@ -1,0 +1,169 @@
+"""What a planned stack costs: each GPU pool's price per node-hour and at its ceiling, and the idle baseline,
+what the stack accrues per month with every GPU pool at its floor (control planes, NAT gateways, servers and
+system nodes, GPU nodes kept by minNodes), with what the price data cannot count named, not guessed.
+
+Prices come from `components/prices.py` (list prices with their sources and dates); everything else is read
+off the recorded resources, so the figures follow the plan, not a second model of it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_k8s.components.prices import Price, aws_node_price, fee, gcp_node_price
+from gpu_k8s.tools.engine import Recording, Registration
+
+HOURS_PER_MONTH = 730
+# Resources that bill while the cluster idles but that no committed table prices: named in the plan.
+UNPRICED = {
+    "aws:lb/loadBalancer:LoadBalancer": "load balancer",
+    "aws:ec2/eip:Eip": "Elastic IP",
+    "aws:efs/fileSystem:FileSystem": "EFS file system (per GiB stored)",
+    "aws:fsx/lustreFileSystem:LustreFileSystem": "FSx for Lustre file system",
+    "gcp:compute/forwardingRule:ForwardingRule": "forwarding rule",
+    "gcp:compute/routerNat:RouterNat": "Cloud NAT gateway",
+    "gcp:filestore/instance:Instance": "Filestore instance (per provisioned GiB)",
+    "gcp:compute/address:Address": "static IP address",
+}
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One line of the idle baseline: what, how many, and its price each."""
+
+    what: str
+    count: int
+    price: Price | None
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.count * self.price.usd_per_hour if self.price is not None else 0.0
+
+
+def node_price(recording: Recording, pool: dict[str, Any]) -> Price | None:
+    """The price of one node of a pool of the `gpuPools` output, where the plan places it."""
+    region = _aws_region(recording)
+    if region:
+        return aws_node_price(pool["instanceType"], region, pool["spot"])
+    for node_pool in recording.by_type("gcp:container/nodePool:NodePool"):
+        if node_pool.name.endswith(f"-gpu-{pool['name']}"):
+            return _gcp_price(node_pool.inputs.get("nodeConfig") or {}, _gcp_region(recording))
+    for group in recording.by_type("gcp:compute/instanceGroupManager:InstanceGroupManager"):
+        if group.name.endswith(f"-gpu-{pool['name']}-group"):
+            template = _template_of(recording, group)
+            return None if template is None else _gcp_price(template.inputs, _gcp_region(recording))
+    return None
+
+
+def idle_charges(recording: Recording) -> tuple[list[Charge], list[str]]:
+    """The priced charges of the stack at rest, and what bills at rest that no table prices."""
+    charges = list(_charges(recording, _aws_region(recording), _gcp_region(recording)))
+    unpriced = Counter(UNPRICED[r.type] for r in recording.registrations if r.type in UNPRICED)
+    unpriced.update({f"{c.what} (no price data)": c.count for c in charges if c.price is None})
+    not_counted = [f"{n} x {what}" for what, n in sorted(unpriced.items())]
+    merged: Counter[tuple[str, Price]] = Counter()
+    for charge in charges:
+        if charge.price is not None:
+            merged[(charge.what, charge.price)] += charge.count
+    priced = [Charge(what, count, price) for (what, price), count in sorted(merged.items(), key=_by_what)]
+    return priced, not_counted
+
+
+def _by_what(item: tuple[tuple[str, Price], int]) -> str:
+    return item[0][0]
+
+
+def _charges(recording: Recording, region: str, gcp_region: str) -> Iterator[Charge]:
+    for resource in recording.registrations:
+        inputs = resource.inputs
+        if resource.type == "aws:eks/cluster:Cluster":
+            yield Charge("EKS control plane", 1, fee("eks-cluster"))
+        elif resource.type == "aws:ec2/natGateway:NatGateway":
+            yield Charge("NAT gateway", 1, fee("aws-nat-gateway"))
+        elif resource.type == "aws:ec2/instance:Instance":
+            yield _node_charge(str(inputs["instanceType"]), 1, aws_node_price(inputs["instanceType"], region))
+        elif resource.type == "aws:eks/nodeGroup:NodeGroup":
+            count = int((inputs.get("scalingConfig") or {}).get("minSize") or 0)
+            instance_type = (inputs.get("instanceTypes") or ["?"])[0]
+            spot = inputs.get("capacityType") == "SPOT"
+            if count:
+                yield _node_charge(instance_type, count, aws_node_price(instance_type, region, spot))
+        elif resource.type == "aws:autoscaling/group:Group" and int(inputs.get("minSize") or 0):
+            instance_type = _launch_template_type(recording, resource)
+            yield _node_charge(instance_type, int(inputs["minSize"]), aws_node_price(instance_type, region))
+        elif resource.type == "gcp:container/cluster:Cluster":
+            yield Charge("GKE cluster management", 1, fee("gke-cluster"))
+        elif resource.type == "gcp:container/nodePool:NodePool":
+            zones = inputs.get("nodeLocations") or []
+            autoscaling = inputs.get("autoscaling") or {}
+            count = (
+                int(autoscaling.get("totalMinNodeCount") or 0)
+                if autoscaling
+                else int(inputs.get("nodeCount") or 0) * max(len(zones), 1)
+            )
+            config = inputs.get("nodeConfig") or {}
+            if count:
+                yield _node_charge(str(config.get("machineType")), count, _gcp_price(config, gcp_region))
+        elif resource.type == "gcp:compute/instance:Instance":
+            yield _node_charge(str(inputs["machineType"]), 1, _gcp_price(inputs, gcp_region))
+        elif resource.type == "gcp:compute/instanceGroupManager:InstanceGroupManager":
+            template = _template_of(recording, resource)
+            count = int(inputs.get("targetSize") or 0)
+            if count and template is not None:
+                machine = str(template.inputs.get("machineType"))
+                yield _node_charge(machine, count, _gcp_price(template.inputs, gcp_region))
+
+
+def _node_charge(instance_type: str, count: int, price: Price | None) -> Charge:
+    return Charge(f"{instance_type} node", count, price)
+
+
+def _gcp_price(config: dict[str, Any], region: str) -> Price | None:
+    machine = str(config.get("machineType"))
+    spot = bool(config.get("spot") or (config.get("scheduling") or {}).get("provisioningModel") == "SPOT")
+    accelerators = config.get("guestAccelerators") or []
+    attached = (
+        (str(accelerators[0]["type"]), int(accelerators[0]["count"]))
+        if machine.startswith("n1-") and accelerators
+        else None
+    )
+    return gcp_node_price(machine, region, spot, attached)
+
+
+def _template_of(recording: Recording, group: Registration) -> Registration | None:
+    links = {
+        str(version.get("instanceTemplate")).split("?", 1)[0]
+        for version in group.inputs.get("versions") or ()
+    }
+    return next(
+        (
+            t
+            for t in recording.by_type("gcp:compute/instanceTemplate:InstanceTemplate")
+            if t.outputs.get("selfLink") in links
+        ),
+        None,
+    )
+
+
+def _launch_template_type(recording: Recording, group: Registration) -> str:
+    wanted = (group.inputs.get("launchTemplate") or {}).get("id")
+    for template in recording.by_type("aws:ec2/launchTemplate:LaunchTemplate"):
+        if template.outputs.get("id") == wanted:
+            return str(template.inputs.get("instanceType"))
+    return "?"
+
+
+def _aws_region(recording: Recording) -> str:
+    return _provider_region(recording, "pulumi:providers:aws")
+
+
+def _gcp_region(recording: Recording) -> str:
+    return _provider_region(recording, "pulumi:providers:gcp")
+
+
+def _provider_region(recording: Recording, provider_type: str) -> str:
+    providers = recording.by_type(provider_type)
+    return str(providers[0].inputs.get("region", "")) if providers else ""
