@@ -18,6 +18,9 @@ AWS_PRICES_FILE = DATA / "aws-prices.json"
 GCP_PRICES_FILE = DATA / "gcp-prices.json"
 GCP_CPU_TYPES_FILE = DATA / "gcp-cpu-machine-types.json"
 FEES_FILE = DATA / "fees.json"
+# gce_price_info.go prices these above e2-medium on purpose (its comment: to make the autoscaler prefer
+# e2-medium), so they are not list prices.
+INFLATED_GCP_PRICES = frozenset({"e2-micro", "e2-small"})
 # The basis of a fee's Price: this, then the fee's name in fees.json.
 FEE = "fee "
 
@@ -49,9 +52,11 @@ def fees() -> dict[str, Any]:
     return json.loads(FEES_FILE.read_text())["fees"]
 
 
-def fee(name: str) -> Price:
+def fee(name: str, region: str | None = None) -> Price:
+    """A fee; one the data has for a single region says so where the stack runs elsewhere."""
     entry = fees()[name]
-    return Price(entry["usdPerHour"], f"{FEE}{name}")
+    elsewhere = entry.get("region") not in (None, region)
+    return Price(entry["usdPerHour"], f"{FEE}{name}" + (f", {entry['region']}'s" if elsewhere else ""))
 
 
 def price_sources(clouds: set[str], fees_charged: set[str]) -> str:
@@ -88,6 +93,8 @@ def gcp_node_price(
     """A GCP node on demand or spot, with an N1 node's attached GPUs; None when the table has no price for
     the machine type or its GPUs (A3, A4 and G4 are not in it)."""
     table = gcp_prices()
+    if machine_type in INFLATED_GCP_PRICES:
+        return None
     machine = table["spot" if spot else "onDemand"].get(machine_type)
     if machine is None:
         return None
@@ -98,4 +105,5 @@ def gcp_node_price(
             return None
         total += gpu * accelerator[1]
     where = "us-central1" if region == "us-central1" else f"us-central1, not {region}"
-    return Price(round(total, 6), f"{'spot' if spot else 'on-demand'} {where}")
+    # The table's spot figures are its preemptible prices; Google changes spot prices up to once a month.
+    return Price(round(total, 6), f"{'spot (preemptible table)' if spot else 'on-demand'} {where}")

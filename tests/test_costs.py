@@ -60,7 +60,7 @@ def test_pool_prices_follow_the_data_and_say_what_they_are(aws_eks, gcp_gke):
     assert prices["l40s"].basis == "on-demand us-east-1 (spot: no data)"
     gke = {pool["name"]: node_price(gcp_gke, pool) for pool in gcp_gke.outputs["gpuPools"]}
     # Spot L4 (GPU included in G2's price); two T4s on an n1-standard-8; no A3 price in the table.
-    assert (gke["l4"].usd_per_hour, gke["l4"].basis) == (0.27, "spot us-central1")
+    assert (gke["l4"].usd_per_hour, gke["l4"].basis) == (0.27, "spot (preemptible table) us-central1")
     assert gke["t4"].usd_per_hour == round(0.38 + 2 * 0.35, 6)
     assert gke["h100-train"] is None
     text = render_text(gcp_gke)
@@ -109,3 +109,31 @@ def test_the_derivations_read_the_go_tables_they_are_given():
     )
     with pytest.raises(ValueError, match="no map instancePrices"):
         reference_data.gcp_prices("")
+
+
+def test_a_warm_k3s_pool_is_priced_from_its_launch_template_or_mixed_policy(aws_k3s_config, aws_k3s):
+    config = copy.deepcopy(aws_k3s_config)
+    pools = {pool["name"]: pool for pool in config["gpu-k8s:cluster"]["gpuPools"]}
+    pools["l4"]["minNodes"] = 1
+    warm = run_program("warm-k3s", config)
+    # g6.xlarge at 0.8048 in us-east-1 (spot pool: priced at its on-demand ceiling, no spot data).
+    assert idle_per_hour(warm) == round(idle_per_hour(aws_k3s) + 0.8048, 6)
+    charges, not_counted = idle_charges(warm)
+    assert ("g6.xlarge node", "on-demand us-east-1 (spot: no data)") in [
+        (c.what, c.price.basis) for c in charges if c.price
+    ]
+    assert not any("?" in item for item in not_counted)
+    pools["l4"]["extraInstanceTypes"] = ["g6.2xlarge"]
+    mixed = run_program("warm-mixed", config)
+    assert idle_per_hour(mixed) == round(idle_per_hour(aws_k3s) + 0.8048, 6)
+
+
+def test_internal_addresses_cost_nothing_and_region_bound_fees_say_whose_price(gcp_k3s, aws_eks_config):
+    _, not_counted = idle_charges(gcp_k3s)
+    # gcp-k3s reserves one external address (the API) and internal ones for the servers.
+    assert "1 x external static IP address" in not_counted
+    config = copy.deepcopy(aws_eks_config)
+    config["aws:region"] = "eu-north-1"
+    charges, _ = idle_charges(run_program("stockholm", config))
+    (nat,) = [c for c in charges if c.what == "NAT gateway"]
+    assert nat.price is not None and nat.price.basis.endswith("us-east-1's")

@@ -74,7 +74,7 @@ def test_a_reorder_shows_even_when_items_also_joined():
     after = {"resources": [resource("a", zones=["c", "b", "a", "d"])]}
     assert plan_diff(before, after)[1:] == [
         '    inputs.zones[+]: (absent) -> "d"',
-        '    inputs.zones[order]: ["a", "b", "c"] -> ["c", "b", "a"]',
+        '    inputs.zones[~order]: ["a", "b", "c"] -> ["c", "b", "a"]',
     ]
 
 

@@ -412,3 +412,45 @@ def test_the_references_are_loaded_from_pinned_data():
     assert refs.managed_policies["AmazonEBSCSIDriverPolicy"] == "/service-role/"
     assert "roles/compute.storageAdmin" in refs.gcp_roles
     assert "container.googleapis.com" in refs.google_apis
+
+
+@pytest.mark.parametrize(
+    ("image", "chart"),
+    [
+        # Another repository's or another chart's app version, a "v" the template does not print (or one
+        # it does, dropped), the staging image the release's values replace, a floating branch tag.
+        ("nvcr.io/nvidia/driver:v26.7.0", "gpu-operator v26.7.0"),
+        ("nvcr.io/nvidia/k8s-device-plugin:v0.19.0", "gpu-operator v26.7.0"),
+        ("registry.k8s.io/nfd/node-feature-discovery:v26.7.0", "gpu-operator v26.7.0"),
+        ("public.ecr.aws/aws-ec2/aws-node-termination-handler:1.25.6", "aws-node-termination-handler 0.27.6"),
+        ("us-central1-docker.pkg.dev/k8s-staging-images/kueue/kueue:release-0.19", "kueue 0.19.2"),
+        ("us-central1-docker.pkg.dev/k8s-staging-images/jobset/jobset:main", "jobset 0.12.0"),
+    ],
+)
+def test_a_tag_the_chart_does_not_render_for_that_repository_fails(image, chart):
+    (found,) = problems([ExternalName("image", image, "release", chart)])
+    assert "nor the chart's own default" in found or "not in the promoter-manifest excerpts" in found
+
+
+def test_a_chart_default_passes_as_its_template_prints_it():
+    names = [
+        ExternalName(
+            "image",
+            "public.ecr.aws/aws-ec2/aws-node-termination-handler:v1.25.6",
+            "r",
+            "aws-node-termination-handler 0.27.6",
+        ),
+        ExternalName(
+            "image", "registry.k8s.io/nfd/node-feature-discovery:v0.19.0", "r", "gpu-operator v26.7.0"
+        ),
+        ExternalName(
+            "image",
+            "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.20",
+            "r",
+            "aws-efa-k8s-device-plugin v0.5.30",
+        ),
+    ]
+    assert problems(names) == []
+    # A digest-only reference is not "untagged": it is judged by its digest like any other.
+    (found,) = problems([ExternalName("image", "example.com/x@sha256:" + "0" * 64, "r", "")])
+    assert "names no tag" not in found

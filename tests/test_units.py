@@ -175,9 +175,8 @@ def test_rent_of_a_stack_prices_its_pools_where_it_runs(capsys):
     assert rent.main(["--stack", str(FIXTURE_STACKS / "Pulumi.gcp-gke.yaml")]) == 0
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     # Spot g2-standard-8 at 0.27 (cluster-autoscaler's GCE table), 4 time-sliced slots: 0.0675 a slot.
-    assert re.search(
-        r"timeSlicing +4 x nvidia\.com/gpu \(6 GiB\) +none +0\.27 +0\.068 +spot us-central1$", rows["l4"]
-    )
+    slots = r"timeSlicing +4 x nvidia\.com/gpu \(6 GiB\) +none"
+    assert re.search(rf"{slots} +0\.27 +0\.068 +spot \(preemptible table\) us-central1$", rows["l4"])
     assert rows["h100-train"].endswith("n/a       n/a       no price data")
     assert rent.main(["--stack", "no-such-stack"]) == 2
 

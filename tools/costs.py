@@ -26,7 +26,14 @@ UNPRICED = {
     "gcp:compute/forwardingRule:ForwardingRule": "forwarding rule",
     "gcp:compute/routerNat:RouterNat": "Cloud NAT gateway",
     "gcp:filestore/instance:Instance": "Filestore instance (per provisioned GiB)",
-    "gcp:compute/address:Address": "static IP address",
+    "gcp:compute/address:Address": "external static IP address",
+    "aws:kms/key:Key": "KMS key",
+    "aws:secretsmanager/secret:Secret": "Secrets Manager secret",
+    "aws:s3/bucketV2:BucketV2": "S3 bucket (per GiB stored)",
+    "aws:s3/bucket:Bucket": "S3 bucket (per GiB stored)",
+    "gcp:secretmanager/secret:Secret": "Secret Manager secret",
+    "gcp:storage/bucket:Bucket": "Cloud Storage bucket (per GiB stored)",
+    "gcp:kms/cryptoKey:CryptoKey": "Cloud KMS key",
 }
 
 
@@ -61,7 +68,7 @@ def node_price(recording: Recording, pool: dict[str, Any]) -> Price | None:
 def idle_charges(recording: Recording) -> tuple[list[Charge], list[str]]:
     """The priced charges of the stack at rest, and what bills at rest that no table prices."""
     charges = list(_charges(recording, _aws_region(recording), _gcp_region(recording)))
-    unpriced = Counter(UNPRICED[r.type] for r in recording.registrations if r.type in UNPRICED)
+    unpriced = Counter(UNPRICED[r.type] for r in recording.registrations if _bills_at_rest(r))
     unpriced.update({f"{c.what} (no price data)": c.count for c in charges if c.price is None})
     not_counted = [f"{n} x {what}" for what, n in sorted(unpriced.items())]
     merged: Counter[tuple[str, Price]] = Counter()
@@ -76,13 +83,20 @@ def _by_what(item: tuple[tuple[str, Price], int]) -> str:
     return item[0][0]
 
 
+def _bills_at_rest(resource: Registration) -> bool:
+    # Internal addresses are free; only external ones bill while reserved.
+    if resource.type == "gcp:compute/address:Address":
+        return resource.inputs.get("addressType", "EXTERNAL") == "EXTERNAL"
+    return resource.type in UNPRICED
+
+
 def _charges(recording: Recording, region: str, gcp_region: str) -> Iterator[Charge]:
     for resource in recording.registrations:
         inputs = resource.inputs
         if resource.type == "aws:eks/cluster:Cluster":
             yield Charge("EKS control plane", 1, fee("eks-cluster"))
         elif resource.type == "aws:ec2/natGateway:NatGateway":
-            yield Charge("NAT gateway", 1, fee("aws-nat-gateway"))
+            yield Charge("NAT gateway", 1, fee("aws-nat-gateway", region))
         elif resource.type == "aws:ec2/instance:Instance":
             yield _node_charge(str(inputs["instanceType"]), 1, aws_node_price(inputs["instanceType"], region))
         elif resource.type == "aws:eks/nodeGroup:NodeGroup":
@@ -92,8 +106,10 @@ def _charges(recording: Recording, region: str, gcp_region: str) -> Iterator[Cha
             if count:
                 yield _node_charge(instance_type, count, aws_node_price(instance_type, region, spot))
         elif resource.type == "aws:autoscaling/group:Group" and int(inputs.get("minSize") or 0):
-            instance_type = _launch_template_type(recording, resource)
-            yield _node_charge(instance_type, int(inputs["minSize"]), aws_node_price(instance_type, region))
+            instance_type, spot = _group_node(recording, resource)
+            yield _node_charge(
+                instance_type, int(inputs["minSize"]), aws_node_price(instance_type, region, spot)
+            )
         elif resource.type == "gcp:container/cluster:Cluster":
             yield Charge("GKE cluster management", 1, fee("gke-cluster"))
         elif resource.type == "gcp:container/nodePool:NodePool":
@@ -148,12 +164,22 @@ def _template_of(recording: Recording, group: Registration) -> Registration | No
     )
 
 
-def _launch_template_type(recording: Recording, group: Registration) -> str:
+def _group_node(recording: Recording, group: Registration) -> tuple[str, bool]:
+    """A k3s Auto Scaling group's first instance type and whether it buys spot: from its launch template,
+    or, with several types, from its mixed instances policy (types in order, spot when nothing is on
+    demand)."""
+    policy = group.inputs.get("mixedInstancesPolicy") or {}
+    if policy:
+        overrides = (policy.get("launchTemplate") or {}).get("overrides") or [{}]
+        distribution = policy.get("instancesDistribution") or {}
+        spot = distribution.get("onDemandPercentageAboveBaseCapacity", 100) == 0
+        return str(overrides[0].get("instanceType", "?")), spot
     wanted = (group.inputs.get("launchTemplate") or {}).get("id")
     for template in recording.by_type("aws:ec2/launchTemplate:LaunchTemplate"):
-        if template.outputs.get("id") == wanted:
-            return str(template.inputs.get("instanceType"))
-    return "?"
+        if template.id == wanted:
+            market = (template.inputs.get("instanceMarketOptions") or {}).get("marketType")
+            return str(template.inputs.get("instanceType")), market == "spot"
+    return "?", False
 
 
 def _aws_region(recording: Recording) -> str:

@@ -214,7 +214,9 @@ def cost_lines(recording: Recording, prices: dict[str, Price | None]) -> list[st
     unpriced = [name for name, price in prices.items() if price is None]
     clouds = {r.type.split(":")[2] for r in recording.registrations if r.type.startswith("pulumi:providers:")}
     fees_charged = {
-        c.price.basis.removeprefix(FEE) for c in charges if c.price and c.price.basis.startswith(FEE)
+        c.price.basis.removeprefix(FEE).split(",")[0]
+        for c in charges
+        if c.price and c.price.basis.startswith(FEE)
     }
     month = f"${idle * HOURS_PER_MONTH:,.2f} a month (${idle:.2f}/h)"
     text = [
@@ -229,7 +231,10 @@ def cost_lines(recording: Recording, prices: dict[str, Price | None]) -> list[st
 
 def _charge_text(charge: Charge) -> str:
     assert charge.price is not None
-    basis = "" if charge.price.basis.startswith(FEE) else f" ({charge.price.basis})"
+    basis = charge.price.basis
+    if basis.startswith(FEE):
+        basis = basis.partition(",")[2].strip()
+    basis = f" ({basis})" if basis else ""
     return f"{charge.count} x {charge.what} at {charge.price.usd_per_hour:g}{basis}"
 
 

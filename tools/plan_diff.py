@@ -59,6 +59,8 @@ def summary(lines: list[str]) -> str:
     return ", ".join(parts) or "no changes"
 
 
+# Not a name anything can have (names are DNS labels), so a pool named "order" cannot be mistaken for it.
+REORDERED = "[~order]"
 _SIGNS = {"create": "+ create", "update": "~ update", "delete": "- delete"}
 _ABSENT = object()
 
@@ -76,8 +78,12 @@ def _changes(path: str, was: Any, now: Any) -> Iterator[tuple[str, Any, Any]]:
         old_named, new_named = {i["name"]: i for i in was}, {i["name"]: i for i in now}
         for name in [*old_named, *(n for n in new_named if n not in old_named)]:
             yield from _changes(f"{path}[{name}]", old_named.get(name, _ABSENT), new_named.get(name, _ABSENT))
-        if [n for n in old_named if n in new_named] != [n for n in new_named if n in old_named]:
-            yield f"{path}[order]", list(old_named), list(new_named)
+        kept_was, kept_now = (
+            [n for n in old_named if n in new_named],
+            [n for n in new_named if n in old_named],
+        )
+        if kept_was != kept_now:
+            yield f"{path}{REORDERED}", kept_was, kept_now
     elif isinstance(was, list) and isinstance(now, list) and was != now:
         # A list shows the items that left it and the items that joined it (order changes: whole list).
         old_items = [json.dumps(item, sort_keys=True) for item in was]
@@ -90,7 +96,7 @@ def _changes(path: str, was: Any, now: Any) -> Iterator[tuple[str, Any, Any]]:
         kept_was = [item for item, key in zip(was, old_items, strict=True) if key in new_items]
         kept_now = [item for item, key in zip(now, new_items, strict=True) if key in old_items]
         if kept_was != kept_now:
-            yield f"{path}[order]", kept_was, kept_now
+            yield f"{path}{REORDERED}", kept_was, kept_now
     elif was != now:
         yield path, was, now
 

@@ -409,7 +409,7 @@ def _image_problem(name: ExternalName, refs: References) -> str | None:
         if image.digest and image.digest != digest:
             return f"pinned to {image.digest}, but {image.tag} is {digest}"
         return None
-    if not image.tag:
+    if not image.tag and not image.digest:
         return "names no tag (the runtime would pull whatever `latest` is)"
     recorded = refs.images.get(f"{image.repository}:{image.tag}")
     if recorded is not None and recorded.get("evidence"):
@@ -438,45 +438,61 @@ def _version_key(tag: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class ChartImages:
-    """The images a pinned chart runs by default: repository -> the tags its values give it, and the app
-    versions an empty tag falls back to (the chart's and its subcharts')."""
+    """The images a pinned chart runs by default: repository -> the tags it renders for it (the tag its values
+    give, or, where that is empty, the owning chart's appVersion as its templates print it)."""
 
     tags: Mapping[str, frozenset[str]]
-    app_versions: frozenset[str]
 
     def names(self, image: ImageRef) -> bool:
-        if not image.tag or image.repository not in self.tags:
-            return False
-        if image.tag in self.tags[image.repository]:
-            return True
-        return image.tag.removeprefix("v") in {v.removeprefix("v") for v in self.app_versions}
+        return bool(image.tag) and image.tag in self.tags.get(image.repository, frozenset())
 
 
 @cache
 def chart_images(chart: str, version: str) -> ChartImages | None:
-    """What the chart pinned for `chart version` defaults to: every `repository` in its values (and its
-    subcharts', and the values its release script writes) joined, as the charts' templates join them, with a
-    sibling `registry` or an ancestor's `baseRepo` before it or a sibling `image` after it (the GPU Operator
-    splits nvcr.io/nvidia and gpu-operator), with the sibling `tag` or `version`."""
+    """What the chart pinned for `chart version` defaults to: every `repository` in its values (with the
+    values its release script writes merged in) and in its subcharts' values, joined as the charts'
+    templates join them (a sibling `registry` or an ancestor's `baseRepo` before it, a sibling `image`
+    after it: the GPU Operator splits nvcr.io/nvidia and gpu-operator), with the sibling `tag` or `version`.
+    An empty tag is the appVersion of the chart whose values hold it (a subchart's own, also for the
+    parent's section named after it), "v"-prefixed where that chart's templates print it so."""
     source = chart_sources().get((chart, version))
     if source is None:
         return None
     root = CHARTS_ROOT / source.dir
-    documents = [source.release_values]
-    app_versions = {_app_version(chart, version)}
-    for values in sorted(root.rglob("values.yaml")):
-        documents.append(yaml.safe_load(values.read_text()) or {})
-        chart_file = values.parent / "Chart.yaml"
-        if values.parent != root and chart_file.is_file():
-            app_versions.add(str(_chart_metadata(chart_file).get("appVersion", "")))
+    parent_values = _merged(yaml.safe_load((root / "values.yaml").read_text()) or {}, source.release_values)
+    subcharts = {
+        path.parent.name: path.parent
+        for path in sorted((root / "charts").glob("*/Chart.yaml"))
+        if (root / "charts").is_dir()
+    }
+    owned: list[tuple[Any, str]] = [
+        (
+            {k: v for k, v in parent_values.items() if k not in subcharts},
+            _default_tag(root, _app_version(chart, version)),
+        )
+    ]
+    for name, directory in subcharts.items():
+        app = str(_chart_metadata(directory / "Chart.yaml").get("appVersion", ""))
+        sub_values = yaml.safe_load((directory / "values.yaml").read_text()) or {}
+        owned.append((_merged(sub_values, parent_values.get(name) or {}), _default_tag(directory, app)))
     tags: dict[str, set[str]] = {}
-    for document in documents:
-        for repository, tag in _image_fields(document):
-            tags.setdefault(repository, set()).update([tag] if tag else [])
-    return ChartImages(
-        {repository: frozenset(found) for repository, found in tags.items()},
-        frozenset(v for v in app_versions if v),
-    )
+    for values, default_tag in owned:
+        for repository, tag in _image_fields(values):
+            tags.setdefault(repository, set()).add(tag or default_tag)
+    return ChartImages({repository: frozenset(t for t in found if t) for repository, found in tags.items()})
+
+
+def _default_tag(chart_dir: Any, app_version: str) -> str:
+    """The tag a chart's templates print for an empty one: its appVersion, "v"-prefixed where they say so."""
+    templates = "".join(p.read_text() for p in sorted((chart_dir / "templates").glob("*")) if p.is_file())
+    prefixed = 'printf "v%s" .Chart.AppVersion' in templates and not app_version.startswith("v")
+    return f"v{app_version}" if prefixed else app_version
+
+
+def _merged(base: Any, override: Any) -> Any:
+    if isinstance(base, dict) and isinstance(override, dict):
+        return {**base, **{k: _merged(base.get(k), v) for k, v in override.items()}}
+    return override if override is not None else base
 
 
 def _image_fields(value: Any, base: str = "") -> Iterator[tuple[str, str]]:
