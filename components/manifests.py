@@ -23,6 +23,14 @@ OBJECT_CLASSES: Mapping[tuple[str, str], Callable[..., pulumi.CustomResource]] =
     ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
     ("storage.k8s.io/v1", "CSIDriver"): k8s.storage.v1.CSIDriver,
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): k8s.apiextensions.v1.CustomResourceDefinition,
+    (
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicy",
+    ): k8s.admissionregistration.v1.ValidatingAdmissionPolicy,
+    (
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicyBinding",
+    ): k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding,
 }
 
 

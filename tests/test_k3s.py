@@ -66,6 +66,7 @@ AGENT = AgentNode(
 GCE_SERVER = ServerNode(
     **{
         **SERVER.__dict__,
+        "block_pod_metadata": True,
         "tls_sans": ["34.118.7.21"],
         "secret_name": "projects/demo/secrets/ml-k3s-servers",
         "snapshots": SnapshotStore(
@@ -190,12 +191,32 @@ def test_server_config_is_hardened_and_reads_tokens_from_files():
     assert config["agent-token-file"] == cloudinit.AGENT_TOKEN_FILE
     assert config["tls-san"] == list(SERVER.tls_sans)
     assert config["secrets-encryption"] is True and config["protect-kernel-defaults"] is True
+    # The admin kubeconfig k3s writes on the server holds a cluster-admin key: root only.
+    assert config["write-kubeconfig-mode"] == "0600"
     # Founding or joining is decided at boot (tests/test_first_boot.py runs both).
     assert "cluster-init" not in config and "server" not in config
     assert "local-storage" in config["disable"]
     apiserver = config["kube-apiserver-arg"]
     assert f"audit-policy-file={cloudinit.AUDIT_POLICY_FILE}" in apiserver
     assert f"admission-control-config-file={cloudinit.ADMISSION_CONFIG_FILE}" in apiserver
+
+
+@pytest.mark.parametrize("golden", ["aws-server.yaml", "aws-joining-server.yaml", "gce-server.yaml"])
+def test_every_server_names_itself_from_its_own_facts_with_the_system_labels(golden):
+    """A joining server's node settings are its own (name, provider ID, zone, system pool label), never a
+    copy of another's: the cloud controller and the policy recognise servers by them."""
+    config = node_drop_in(user_data_files(RENDERED[golden]())[cloudinit.BOOTSTRAP_FILE])
+    assert config["node-name"] == "${NODE_NAME}"
+    assert "provider-id=${PROVIDER_ID}" in config["kubelet-arg"]
+    assert {
+        "topology.kubernetes.io/zone=${ZONE}",
+        "node.kubernetes.io/instance-type=${INSTANCE_TYPE}",
+        "gpu-k8s.io/pool=system",
+    } <= set(config["node-label"])
+    # The servers' taint is in every server's config.yaml, not in the per-node settings.
+    assert "node-taint" not in config
+    server_config = yaml.safe_load(user_data_files(RENDERED[golden]())[f"{cloudinit.CONFIG_DIR}/config.yaml"])
+    assert server_config["node-taint"] == ["CriticalAddonsOnly=true:NoExecute"]
 
 
 def test_kernel_settings_are_applied_before_k3s_starts():
@@ -298,16 +319,54 @@ def test_server_tls_files_put_the_root_behind_every_ca():
 
 
 def test_secret_writer_writes_private_files_and_nothing_from_a_broken_payload(tmp_path, monkeypatch, capsys):
-    target = tmp_path / "etc" / "token"
-    write_secret_files.write_files(json.dumps({"files": {str(target): "K10abc::node:x"}}))
+    write_secret_files.write_files(json.dumps({"files": {cloudinit.TOKEN_FILE: "K10abc::node:x"}}), tmp_path)
+    target = tmp_path / cloudinit.TOKEN_FILE.lstrip("/")
     assert target.read_text() == "K10abc::node:x"
     assert oct(target.stat().st_mode & 0o777) == "0o600"
     assert oct(target.parent.stat().st_mode & 0o777) == "0o700"
     assert "K10abc" not in capsys.readouterr().out
-    other = tmp_path / "other"
-    monkeypatch.setattr("sys.stdin", io.StringIO('{"files": {"' + str(other) + '": "x"'))
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"files": {"' + cloudinit.AGENT_TOKEN_FILE + '": "x"'))
     assert write_secret_files.main() == 1
-    assert not other.exists()
+
+
+def test_the_secret_writer_writes_every_path_the_payloads_hold():
+    """The writer's list of places and the payloads the program builds cannot drift apart."""
+    tls = {"server-ca.key": "k", "etcd/server-ca.key": "k", "service.key": "k"}
+    payloads = [
+        cloudinit.server_secret_payload("t", "a", tls, cloudinit.etcd_s3_credentials("id", "secret")),
+        cloudinit.agent_secret_payload("a"),
+    ]
+    paths = [path for payload in payloads for path in json.loads(payload)["files"]]
+    assert len(paths) == 7 and all(write_secret_files.allowed(path) for path in paths)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/etc/cron.d/gpu-k8s",
+        "/root/.ssh/authorized_keys",
+        "/var/lib/rancher/k3s/server/tls/../../../../../etc/passwd",
+        "/var/lib/rancher/k3s/server/tls/sub/x.key",
+        "/var/lib/rancher/k3s/server/tls/.hidden",
+        "var/lib/rancher/k3s/server/tls/x.key",
+        "/etc/rancher/k3s/config.yaml",
+    ],
+)
+def test_a_payload_naming_any_other_path_writes_nothing(tmp_path, path):
+    payload = json.dumps({"files": {cloudinit.TOKEN_FILE: "K10abc::node:x", path: "evil"}})
+    with pytest.raises(write_secret_files.RefusedPath):
+        write_secret_files.write_files(payload, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_secret_writer_never_writes_through_a_symbolic_link(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    token = tmp_path / cloudinit.TOKEN_FILE.lstrip("/")
+    token.parent.mkdir(parents=True)
+    token.symlink_to(elsewhere)
+    with pytest.raises(OSError):
+        write_secret_files.write_files(json.dumps({"files": {cloudinit.TOKEN_FILE: "x"}}), tmp_path)
+    assert not elsewhere.exists()
 
 
 def test_the_bootstrap_retry_gives_up_after_its_attempts_and_stops_at_success(tmp_path: Path):

@@ -1,6 +1,7 @@
-"""Pods on a GPU agent cannot reach instance metadata; the node can. Run for real: the rendered rule script
-on a node made of network namespaces (a pod behind a veth on the pod network, instance metadata in a
-"cloud" namespace the node routes to), before and after, twice. Needs root (namespaces)."""
+"""Pods on a GPU agent, and on a gcp-k3s server, cannot reach instance metadata; the node can. Run for
+real: the rendered rule script on a node made of network namespaces (a pod behind a veth on the pod
+network, instance metadata in a "cloud" namespace the node routes to), before and after, twice. Needs root
+(namespaces)."""
 
 from __future__ import annotations
 
@@ -59,10 +60,6 @@ echo "rules=$(ip rule show | grep -c prohibit)"
 """
 
 
-def agent_files() -> dict[str, str]:
-    return user_data_files(RENDERED["aws-agent.yaml"]())
-
-
 def run_node(block_script: str, workdir: Path) -> dict[str, str]:
     script = workdir / "block.sh"
     script.write_text(block_script)
@@ -83,8 +80,9 @@ def run_node(block_script: str, workdir: Path) -> dict[str, str]:
     return facts
 
 
-def test_the_rule_refuses_metadata_to_pods_and_keeps_it_for_the_node(tmp_path):
-    facts = run_node(agent_files()[cloudinit.POD_METADATA_BLOCK_FILE], tmp_path)
+@pytest.mark.parametrize("golden", ["aws-agent.yaml", "gce-server.yaml"])
+def test_the_rule_refuses_metadata_to_pods_and_keeps_it_for_the_node(tmp_path, golden):
+    facts = run_node(user_data_files(RENDERED[golden]())[cloudinit.POD_METADATA_BLOCK_FILE], tmp_path)
     assert (facts["before.pod"], facts["before.node"]) == ("200", "200")
     assert (facts["after.pod"], facts["after.node"]) == ("000", "200")
     # Applied before every k3s start: still one rule however often.
@@ -96,12 +94,21 @@ def test_the_node_check_would_see_a_rule_that_does_not_hold(tmp_path):
     assert facts["after.pod"] == "200"
 
 
-def test_every_agent_applies_the_rule_before_k3s_starts_and_networkd_keeps_it():
-    for golden in ("aws-agent.yaml", "gce-spot-agent.yaml"):
+def test_every_agent_and_gce_server_applies_the_rule_before_k3s_starts_and_networkd_keeps_it():
+    for golden, unit in (
+        ("aws-agent.yaml", cloudinit.AGENT_UNIT_DROP_IN),
+        ("gce-spot-agent.yaml", cloudinit.AGENT_UNIT_DROP_IN),
+        ("gce-server.yaml", cloudinit.SERVER_UNIT_DROP_IN),
+    ):
         files = user_data_files(RENDERED[golden]())
-        assert files[cloudinit.AGENT_UNIT_DROP_IN] == (
-            f"[Service]\nExecStartPre={cloudinit.POD_METADATA_BLOCK_FILE}\n"
-        )
+        assert files[unit] == f"[Service]\nExecStartPre={cloudinit.POD_METADATA_BLOCK_FILE}\n"
         assert "ManageForeignRoutingPolicyRules=no" in files[cloudinit.NETWORKD_DROP_IN].splitlines()
         entries = {f["path"]: f for f in yaml.safe_load(RENDERED[golden]())["write_files"]}
         assert entries[cloudinit.POD_METADATA_BLOCK_FILE]["permissions"] == "0700"
+
+
+def test_aws_servers_keep_metadata_for_pods_and_say_why():
+    """The EBS CSI controller uses the servers' role from the pod network (its chart has no host-network
+    option): on aws-k3s the admission policy, not this rule, keeps other pods off the servers."""
+    files = user_data_files(RENDERED["aws-server.yaml"]())
+    assert cloudinit.POD_METADATA_BLOCK_FILE not in files and cloudinit.SERVER_UNIT_DROP_IN not in files

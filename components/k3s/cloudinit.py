@@ -45,8 +45,9 @@ SERVER_TAINT = TaintSpec(key="CriticalAddonsOnly", value="true", effect="NoExecu
 # "Kubelet configuration": the recommended way, k3s >= 1.32).
 KUBELET_CONFIG_DROP_IN = f"{DATA_DIR}/agent/etc/kubelet.conf.d/20-gpu-k8s.conf"
 BOOTSTRAP_FILE = f"{LIB_DIR}/bootstrap.sh"
-# Pods on GPU agents reach no instance metadata, where the node's cloud credentials are; the node itself and
-# host-network pods (the termination handler, CSI node plugins) keep it. A policy-routing rule refuses what
+# Pods on GPU agents (and on gcp-k3s servers) reach no instance metadata, where the node's cloud credentials
+# are; the node itself and host-network pods (the termination handler, CSI node plugins, on servers the
+# cloud controller, the CSI controller and the cluster-autoscaler) keep it. A policy-routing rule refuses what
 # comes from the pod network (k3s's default cluster-cidr) for the metadata address. It is applied before
 # every start of k3s (a drop-in of the unit the install script writes), and systemd-networkd is told to
 # leave rules it did not make alone (networkd.conf ManageForeignRoutingPolicyRules, systemd >= 249).
@@ -61,6 +62,7 @@ while ip rule del "${{rule[@]}}" 2> /dev/null; do :; done
 ip rule add "${{rule[@]}}" prohibit priority 100
 """
 AGENT_UNIT_DROP_IN = "/etc/systemd/system/k3s-agent.service.d/10-gpu-k8s-pod-metadata.conf"
+SERVER_UNIT_DROP_IN = "/etc/systemd/system/k3s.service.d/10-gpu-k8s-pod-metadata.conf"
 AGENT_POOL_UNIT_DROP_IN = "/etc/systemd/system/k3s-agent.service.d/20-gpu-k8s-pool.conf"
 NETWORKD_DROP_IN = "/etc/systemd/networkd.conf.d/90-gpu-k8s.conf"
 INSTALL_FILE = f"{LIB_DIR}/k3s-install.sh"
@@ -161,6 +163,11 @@ class ServerNode:
     external_cloud_provider: bool = False
     # Files the cloud's own add-ons read from the server (path: content), e.g. a cloud config; no secrets.
     extra_files: Mapping[str, str] = field(default_factory=dict)
+    # Pods on the server reach no instance metadata (as on agents). Only where every add-on on the servers
+    # that uses their cloud identity runs on the host network (gcp-k3s); aws-k3s's EBS CSI controller uses
+    # it from the pod network (its chart has no host-network option), so there the admission policy alone
+    # keeps other pods off the servers.
+    block_pod_metadata: bool = False
 
 
 # Where the kubelet looks for image credential providers and their configuration (the k3s defaults of
@@ -510,8 +517,18 @@ def server_cloud_config(node: ServerNode, bootstrap: NodeBootstrap) -> str:
             _file(AUDIT_POLICY_FILE, _yaml(audit_policy())),
             _file(ADMISSION_CONFIG_FILE, _yaml(admission_config(node.pod_security, node.exempt_namespaces))),
             *(_file(path, content, "0644") for path, content in sorted(node.extra_files.items())),
+            *(_pod_metadata_block(SERVER_UNIT_DROP_IN) if node.block_pod_metadata else ()),
         ]
     )
+
+
+def _pod_metadata_block(unit_drop_in: str) -> list[dict[str, str]]:
+    """The rule script, run before every start of k3s's unit, and networkd told to leave the rule alone."""
+    return [
+        _file(POD_METADATA_BLOCK_FILE, POD_METADATA_BLOCK, "0700"),
+        _file(unit_drop_in, f"[Service]\nExecStartPre={POD_METADATA_BLOCK_FILE}\n", "0644"),
+        _file(NETWORKD_DROP_IN, "[Network]\nManageForeignRoutingPolicyRules=no\n", "0644"),
+    ]
 
 
 def agent_cloud_config(node: AgentNode, bootstrap: NodeBootstrap) -> str:
@@ -544,9 +561,7 @@ def agent_cloud_config(node: AgentNode, bootstrap: NodeBootstrap) -> str:
     files = [
         *_common_files(bootstrap, script),
         _file(f"{CONFIG_DIR}/config.yaml", _yaml(agent_config(node))),
-        _file(POD_METADATA_BLOCK_FILE, POD_METADATA_BLOCK, "0700"),
-        _file(AGENT_UNIT_DROP_IN, f"[Service]\nExecStartPre={POD_METADATA_BLOCK_FILE}\n", "0644"),
-        _file(NETWORKD_DROP_IN, "[Network]\nManageForeignRoutingPolicyRules=no\n", "0644"),
+        *_pod_metadata_block(AGENT_UNIT_DROP_IN),
     ]
     if node.kubelet_config:
         files.append(_file(KUBELET_CONFIG_DROP_IN, _yaml(kubelet_config_drop_in(node.kubelet_config))))

@@ -30,6 +30,10 @@ from gpu_k8s.components.k3s.settings import K3sClusterSpec
 from gpu_k8s.components.kubeconfig import client_certificate_kubeconfig
 
 CONTAINERD_SOCKET = "/run/k3s/containerd/containerd.sock"
+# The cluster-autoscaler runs on the servers with their cloud identity: from the host network, which keeps
+# it where pods' traffic to instance metadata is refused (chart values; hostNetwork pods resolve with the
+# host's DNS under the chart's ClusterFirst, which reaches the cloud's APIs).
+AUTOSCALER_ON_SERVERS = {"hostNetwork": True}
 
 
 def k3s_traits(spec: K3sClusterSpec, accelerator_label: str) -> PlatformTraits:
@@ -59,6 +63,7 @@ def server_user_data(
     bootstrap: NodeBootstrap,
     external_cloud_provider: bool,
     extra_files: pulumi.Input[dict[str, str]] | None = None,
+    block_pod_metadata: bool = False,
 ) -> pulumi.Output[str]:
     """One server's cloud-config, once the names it is reached by, its peers' addresses and its snapshot
     bucket are known."""
@@ -77,6 +82,7 @@ def server_user_data(
             pod_security=spec.k3s.pod_security,
             external_cloud_provider=external_cloud_provider,
             extra_files=files,
+            block_pod_metadata=block_pod_metadata,
         )
         return server_cloud_config(node, bootstrap)
 

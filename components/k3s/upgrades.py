@@ -28,6 +28,11 @@ SERVER_PLAN = "k3s-server"
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
 
+def upgrade_namespace() -> str:
+    """Where the controller and its upgrade jobs run (the release's kustomization says)."""
+    return str(yaml.safe_load((SUC_ROOT / "kustomization.yaml").read_text())["namespace"])
+
+
 def controller_manifests() -> list[dict[str, Any]]:
     """What the release asset `system-upgrade-controller.yaml` is (scripts/package-controller at the tag):
     the kustomization's resources in its namespace, with the image set to the release's tag."""

@@ -33,6 +33,7 @@ from gpu_k8s.components.cluster import (
 )
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.helm import helm_release
+from gpu_k8s.components.k3s.admission import ServerPodPolicy, k3s_system_namespaces
 from gpu_k8s.components.k3s.cloudinit import (
     API_PORT,
     AgentNode,
@@ -40,7 +41,13 @@ from gpu_k8s.components.k3s.cloudinit import (
     SnapshotStore,
     agent_cloud_config,
 )
-from gpu_k8s.components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
+from gpu_k8s.components.k3s.control_plane import (
+    AUTOSCALER_ON_SERVERS,
+    K3sControlPlane,
+    agent_taints,
+    k3s_traits,
+    server_user_data,
+)
 from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
 from gpu_k8s.components.k3s.server_count import server_count
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades
@@ -607,6 +614,14 @@ class AwsK3sCluster(pulumi.ComponentResource):
             system_ready,
             opts=child,
         )
+        ServerPodPolicy(
+            f"{name}-server-pods",
+            k3s_system_namespaces(spec),
+            args.traits,
+            k8s_provider,
+            system_ready,
+            opts=child,
+        )
         if any(pool.spec.spot for pool in args.pools):
             helm_release(
                 f"{name}-termination-handler",
@@ -1018,6 +1033,8 @@ def build(spec: Ec2K3sClusterSpec) -> GpuCluster:
         AwsK3sClusterArgs(spec, region, traits, pools, zones),
         opts=pulumi.ResourceOptions(providers=[provider]),
     ).handle
-    cluster = install_gpu_addons(spec, cluster, autoscaler_cloud_values(spec.name, region))
+    cluster = install_gpu_addons(
+        spec, cluster, {**autoscaler_cloud_values(spec.name, region), **AUTOSCALER_ON_SERVERS}
+    )
     install_efa_device_plugin(spec.name, cluster)
     return cluster

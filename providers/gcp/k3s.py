@@ -30,8 +30,15 @@ from gpu_k8s.components.cluster import (
     resolve_pools,
 )
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
+from gpu_k8s.components.k3s.admission import ServerPodPolicy, k3s_system_namespaces
 from gpu_k8s.components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore, agent_cloud_config
-from gpu_k8s.components.k3s.control_plane import K3sControlPlane, agent_taints, k3s_traits, server_user_data
+from gpu_k8s.components.k3s.control_plane import (
+    AUTOSCALER_ON_SERVERS,
+    K3sControlPlane,
+    agent_taints,
+    k3s_traits,
+    server_user_data,
+)
 from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
 from gpu_k8s.components.k3s.server_count import server_count
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades
@@ -408,9 +415,11 @@ class GcpK3sCluster(pulumi.ComponentResource):
             opts=child,
         )
         system_ready: list[pulumi.Resource] = [*servers_reachable, *cloud_controller.objects]
+        pd_manifests = pd_csi_manifests({POOL_LABEL: SYSTEM_POOL_NAME}, args.traits.system_tolerations)
+        pd_csi_namespace = next(m for m in pd_manifests if m["kind"] == "Namespace")["metadata"]["name"]
         pd_csi = PdCsiDriver(
             f"{name}-pd-csi",
-            pd_csi_manifests({POOL_LABEL: SYSTEM_POOL_NAME}, args.traits.system_tolerations),
+            pd_manifests,
             k8s_provider,
             [*system_ready, *pd_csi_access],
             opts=child,
@@ -443,6 +452,14 @@ class GcpK3sCluster(pulumi.ComponentResource):
             f"{name}-upgrades",
             spec.k3s.version,
             args.traits.system_tolerations,
+            k8s_provider,
+            system_ready,
+            opts=child,
+        )
+        ServerPodPolicy(
+            f"{name}-server-pods",
+            k3s_system_namespaces(spec, pd_csi_namespace),
+            args.traits,
             k8s_provider,
             system_ready,
             opts=child,
@@ -559,6 +576,8 @@ class GcpK3sCluster(pulumi.ComponentResource):
                 gce_node_bootstrap(),
                 external_cloud_provider=True,
                 extra_files=ccm_config,
+                # Every add-on here that uses the servers' identity runs on the host network.
+                block_pod_metadata=True,
             )
             servers.append(
                 gcp.compute.Instance(
@@ -877,4 +896,6 @@ def build(spec: GceK3sClusterSpec) -> GpuCluster:
         }
         for group in k3s.groups
     ]
-    return install_gpu_addons(spec, cluster, autoscaler_cloud_values(groups), k3s.autoscaler_identity)
+    return install_gpu_addons(
+        spec, cluster, {**autoscaler_cloud_values(groups), **AUTOSCALER_ON_SERVERS}, k3s.autoscaler_identity
+    )

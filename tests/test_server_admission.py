@@ -1,0 +1,207 @@
+"""No workload pod on a k3s server: the ValidatingAdmissionPolicy the k3s platforms create, its CEL
+expressions evaluated by a CEL implementation (cel-python) against pods it must refuse and pods it must let
+through, and every pod the cluster itself runs on servers shown to be in a namespace the policy exempts (or
+the first `up` would refuse its own add-ons).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import celpy
+import pytest
+
+from gpu_k8s.components.k3s.admission import POLICY_NAME, server_pod_policy
+from gpu_k8s.components.k3s.cloudinit import SERVER_TAINT
+from gpu_k8s.tools.engine import Recording, run_program
+from tests.conftest import some
+
+POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet", "Job")
+
+
+def planned_policy(recording: Recording) -> dict[str, Any]:
+    (policy,) = recording.by_type(POLICY)
+    (binding,) = recording.by_type(BINDING)
+    assert binding.inputs["spec"] == {"policyName": POLICY_NAME, "validationActions": ["Deny"]}
+    assert policy.urn in binding.dependencies
+    return policy.inputs
+
+
+def refusals(policy: dict[str, Any], pod_spec: dict[str, Any], operation: str = "CREATE") -> list[str]:
+    """The messages of the validations that refuse this pod (as the API server evaluates them: each
+    expression must be true to admit)."""
+    env = celpy.Environment()
+    activation = {
+        "object": celpy.json_to_cel({"apiVersion": "v1", "kind": "Pod", "spec": pod_spec}),
+        "request": celpy.json_to_cel({"operation": operation}),
+    }
+    refused = []
+    for validation in policy["spec"]["validations"]:
+        result = env.program(env.compile(validation["expression"])).evaluate(activation)
+        assert isinstance(result, celpy.celtypes.BoolType), (validation["expression"], result)
+        if not result:
+            refused.append(validation["message"])
+    return refused
+
+
+CONTAINER = {"name": "app", "image": "registry.example/app:1"}
+ALLOWED = [
+    ("no tolerations", {"containers": [CONTAINER]}),
+    (
+        "a GPU pool's taints",
+        {
+            "containers": [CONTAINER],
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "gpu-k8s.io/sharing", "operator": "Equal", "value": "mps", "effect": "NoSchedule"},
+            ],
+        },
+    ),
+    # Tolerating every NoSchedule taint does not tolerate the servers' NoExecute one.
+    (
+        "every NoSchedule taint",
+        {"containers": [CONTAINER], "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}]},
+    ),
+    (
+        "the default not-ready toleration",
+        {
+            "containers": [CONTAINER],
+            "tolerations": [
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                }
+            ],
+        },
+    ),
+]
+REFUSED = [
+    ("the server taint by key", [{"key": "CriticalAddonsOnly", "operator": "Exists"}]),
+    (
+        "the server taint with its value",
+        [{"key": "CriticalAddonsOnly", "operator": "Equal", "value": "true"}],
+    ),
+    (
+        "the server taint's effect",
+        [{"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoExecute"}],
+    ),
+    ("every taint", [{"operator": "Exists"}]),
+    ("every NoExecute taint", [{"key": "", "operator": "Exists", "effect": "NoExecute"}]),
+]
+
+
+@pytest.mark.parametrize("plan", ["aws_k3s", "gcp_k3s"])
+def test_pods_that_tolerate_the_servers_or_name_a_node_are_refused(request, plan):
+    policy = planned_policy(request.getfixturevalue(plan))
+    for what, spec in ALLOWED:
+        assert refusals(policy, spec) == [], what
+    for what, tolerations in REFUSED:
+        (message,) = refusals(policy, {"containers": [CONTAINER], "tolerations": tolerations})
+        assert "may not tolerate the k3s servers' taint CriticalAddonsOnly:NoExecute" in message, what
+    named = {"containers": [CONTAINER], "nodeName": "ip-10-0-1-10"}
+    (message,) = refusals(policy, named)
+    assert "may not name their node" in message
+    # A scheduled pod has a node name; updating it (labels, say) stays possible.
+    assert refusals(policy, named, operation="UPDATE") == []
+    # Adding the server toleration to a pending pod is an update too.
+    assert refusals(policy, {"containers": [CONTAINER], "tolerations": REFUSED[0][1]}, "UPDATE")
+
+
+def test_the_policy_follows_the_server_taint():
+    """The expression is built from the taint, so a change of the servers' taint cannot leave it behind."""
+    taint = copy.deepcopy(SERVER_TAINT).model_copy(
+        update={"key": "example.com/server", "effect": "NoSchedule"}
+    )
+    policy, _ = server_pod_policy(["kube-system"], taint)
+    tolerating = {
+        "containers": [CONTAINER],
+        "tolerations": [{"key": "example.com/server", "operator": "Exists"}],
+    }
+    assert refusals(policy, tolerating)
+    assert refusals(
+        policy, {"containers": [CONTAINER], "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}]}
+    )
+
+
+@pytest.mark.parametrize(
+    ("plan", "expected"),
+    [
+        ("aws_k3s", ["gpu-operator", "kube-system", "system-upgrade"]),
+        ("gcp_k3s", ["gce-pd-csi-driver", "gpu-operator", "kube-system", "system-upgrade"]),
+    ],
+)
+def test_only_the_namespaces_of_the_add_ons_the_cluster_runs_are_exempt(request, plan, expected):
+    policy = planned_policy(request.getfixturevalue(plan))
+    selector = policy["spec"]["matchConstraints"]["namespaceSelector"]
+    assert selector == {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": expected}]
+    }
+    assert policy["spec"]["failurePolicy"] == "Fail"
+
+
+def test_batch_adds_its_controllers_namespaces(aws_k3s_config):
+    config = copy.deepcopy(aws_k3s_config)
+    config["gpu-k8s:cluster"]["batch"] = {"namespaces": ["team-a"]}
+    values = planned_policy(run_program("batch", config))["spec"]["matchConstraints"]["namespaceSelector"][
+        "matchExpressions"
+    ][0]["values"]
+    assert "kueue-system" in values and "jobset-system" in values and "team-a" not in values
+
+
+def pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    if obj.get("kind") in WORKLOADS:
+        return [obj["spec"]["template"]["spec"]]
+    if obj.get("kind") == "CronJob":
+        return [obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]]
+    return []
+
+
+@pytest.mark.parametrize("plan", ["aws_k3s", "gcp_k3s"])
+def test_every_pod_the_cluster_runs_on_servers_is_in_an_exempt_namespace(request, rendered, plan):
+    """Rendered releases and applied manifests: a pod template that tolerates the server taint lives in an
+    exempt namespace, or the policy would refuse the cluster's own add-ons on the first `up`."""
+    recording = request.getfixturevalue(plan)
+    policy = planned_policy(recording)
+    exempt = set(policy["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"])
+    templates = []
+    for (name, _), release in rendered.items():
+        if name == plan:
+            for obj in release.objects:
+                namespace = (obj.get("metadata") or {}).get("namespace") or release.ref.namespace
+                templates += [(release.ref.chart, namespace, spec) for spec in pod_specs(obj)]
+    for resource in recording.registrations:
+        if resource.type.startswith("kubernetes:apps/v1:") or resource.type.startswith(
+            "kubernetes:batch/v1:"
+        ):
+            kind = resource.type.rsplit(":", 1)[-1]
+            spec = {"kind": kind, **resource.inputs}
+            namespace = resource.inputs["metadata"].get("namespace", "default")
+            templates += [(resource.name, namespace, s) for s in pod_specs(spec)]
+        if resource.type == "kubernetes:upgrade.cattle.io/v1:Plan":
+            templates.append(
+                (resource.name, resource.inputs["metadata"]["namespace"], resource.inputs["spec"])
+            )
+    on_servers = [(what, namespace) for what, namespace, spec in some(templates, 5) if refusals(policy, spec)]
+    assert some(on_servers, 3)
+    assert [(what, ns) for what, ns in on_servers if ns not in exempt] == []
+
+
+def test_on_gcp_k3s_the_add_ons_that_use_the_servers_identity_run_on_the_host_network(gcp_k3s, rendered):
+    """gcp-k3s servers refuse instance metadata to pods (tests/test_pod_metadata.py): the cloud controller,
+    the PD CSI controller and the cluster-autoscaler reach the servers' service account from the host."""
+    workloads = {
+        r.inputs["metadata"]["name"]: r.inputs["spec"]["template"]["spec"]
+        for r in gcp_k3s.registrations
+        if r.type in ("kubernetes:apps/v1:DaemonSet", "kubernetes:apps/v1:Deployment")
+    }
+    assert workloads["cloud-controller-manager"].get("hostNetwork") is True
+    assert workloads["csi-gce-pd-controller"].get("hostNetwork") is True
+    (autoscaler,) = [
+        o for o in rendered["gcp_k3s", "cluster-autoscaler"].objects if o["kind"] == "Deployment"
+    ]
+    assert autoscaler["spec"]["template"]["spec"].get("hostNetwork") is True
