@@ -1,22 +1,23 @@
-"""The k3s server count is fixed for the life of a stack: a preview or `up` that changes it fails at the
-`ServerCount` resource, which the stack's cloud provider depends on, in the same dynamic-provider host the
-Pulumi CLI runs."""
+"""The k3s servers are fixed for the life of a stack (count, machine type, boot disk, placement): a preview or
+`up` that changes them fails at the `ServerCount` resource, which the stack's cloud provider depends on, in
+the same dynamic-provider host the Pulumi CLI runs."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 import pytest
 from google.protobuf import struct_pb2
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
-from gpu_k8s.components.k3s.server_count import server_count_issue
+from gpu_k8s.components.k3s.server_count import server_count_issue, server_shape_issues
 from gpu_k8s.tools.engine import Recording
 
-Check = Callable[[str, "int | None", int], list[str]]
+Check = Callable[..., list[str]]
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +32,12 @@ def check() -> Iterator[Check]:
             stub = provider_pb2_grpc.ResourceProviderStub(channel)
             stub.Configure(provider_pb2.ConfigureRequest(args=struct_pb2.Struct()), timeout=30)
 
-            def run(provider: str, running: int | None, requested: int) -> list[str]:
+            def run(provider: str, running: Any, requested: Any) -> list[str]:
+                """`running`/`requested`: a server count, or the guard's whole inputs."""
                 olds, news = struct_pb2.Struct(), struct_pb2.Struct()
                 if running is not None:
-                    olds.update({"__provider": provider, "servers": running})
-                news.update({"__provider": provider, "servers": requested})
+                    olds.update({"__provider": provider, **_inputs(running)})
+                news.update({"__provider": provider, **_inputs(requested)})
                 response = stub.Check(provider_pb2.CheckRequest(olds=olds, news=news), timeout=30)
                 return [failure.reason for failure in response.failures]
 
@@ -89,7 +91,69 @@ def test_changing_the_server_count_fails_the_check_naming_the_key(request, stack
     assert "Fix: set it back to 1" in reason
 
 
+def _inputs(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {"servers": value}
+
+
+@pytest.mark.parametrize(
+    ("stack", "key", "changed", "path"),
+    [
+        ("gcp_k3s", "instanceType", "e2-standard-8", "gpu-k8s:cluster.systemPool.instanceType"),
+        ("aws_k3s", "instanceType", "m7i.xlarge", "gpu-k8s:cluster.systemPool.instanceType"),
+        ("gcp_k3s", "diskSizeGiB", 100, "gpu-k8s:cluster.systemPool.diskSizeGiB"),
+        (
+            "gcp_k3s",
+            "placement",
+            ["us-central1-b", "us-central1-a", "us-central1-c"],
+            "gpu-k8s:cluster.network.zones",
+        ),
+        ("aws_k3s", "placement", ["2"], "gpu-k8s:cluster.network.availabilityZones"),
+    ],
+)
+def test_changing_what_every_server_is_fails_the_check_naming_the_key(
+    request, stack, key, changed, path, check
+):
+    """A new machine type, disk or placement would stop or replace every server in one update."""
+    recording: Recording = request.getfixturevalue(stack)
+    guard = recording.by_name("ml-server-count").inputs
+    provider = getattr(guard["__provider"], "value", guard["__provider"])
+    running = {k: v for k, v in guard.items() if not k.startswith("__")}
+    assert set(running) == {"servers", "instanceType", "diskSizeGiB", "placement", "placementKey"}
+    assert check(provider, None, running) == [] and check(provider, running, running) == []
+    (reason,) = check(provider, running, {**running, key: changed})
+    assert reason.startswith(f"{path}: "), reason
+    was = int(running[key]) if isinstance(running[key], float) else running[key]
+    assert f"Fix: set it back to {was!r}" in reason
+
+
+def test_a_stack_made_before_the_shape_was_guarded_records_it_without_a_failure(aws_k3s, check):
+    guard = aws_k3s.by_name("ml-server-count").inputs
+    provider = getattr(guard["__provider"], "value", guard["__provider"])
+    news = {k: v for k, v in guard.items() if not k.startswith("__")}
+    assert check(provider, 3, news) == []
+
+
+def test_the_servers_placement_is_what_places_them(gcp_k3s, aws_k3s):
+    gcp = gcp_k3s.by_name("ml-server-count").inputs
+    assert gcp["placement"] == ["us-central1-a", "us-central1-b", "us-central1-c"]
+    assert [gcp_k3s.by_name(f"ml-server-{i}").inputs["zone"] for i in range(3)] == gcp["placement"]
+    assert aws_k3s.by_name("ml-server-count").inputs["placement"] == ["3"]
+
+
 def test_the_issue_is_none_when_nothing_runs_or_nothing_changes():
     assert server_count_issue(None, 1) is None
     assert server_count_issue(3, 3) is None
     assert server_count_issue(1, 3) is not None
+
+
+def test_the_shape_issues_name_each_changed_key():
+    running = {"servers": 3, "instanceType": "m7i.large", "diskSizeGiB": 50, "placement": ["3"]}
+    running["placementKey"] = "gpu-k8s:cluster.network.availabilityZones"
+    changed = {**running, "instanceType": "m7i.xlarge", "diskSizeGiB": 80.0, "placement": ["2"]}
+    issues = server_shape_issues(running, changed)
+    assert [issue.path for issue in issues] == [
+        "gpu-k8s:cluster.systemPool.instanceType",
+        "gpu-k8s:cluster.systemPool.diskSizeGiB",
+        "gpu-k8s:cluster.network.availabilityZones",
+    ]
+    assert server_shape_issues({}, changed) == [] and server_shape_issues({"servers": 3}, changed) == []

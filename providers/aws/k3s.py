@@ -288,6 +288,15 @@ def mixed_instances_policy(
     )
 
 
+def server_placement(spec: Ec2K3sClusterSpec) -> tuple[str, list[str]]:
+    """What decides the servers' subnets (server i in private subnet i modulo their count): the subnets
+    given, or how many zones the new VPC spans."""
+    network = spec.network
+    if network.creates_vpc:
+        return config_path("network", "availabilityZones"), [str(network.availability_zones)]
+    return config_path("network", "privateSubnetIds"), list(network.private_subnet_ids)
+
+
 def ebs_csi_values(region: str) -> dict[str, object]:
     """The controller runs on the servers and knows its region without asking instance metadata; the node
     plugin takes its node's zone and instance type from the Node object (agents keep IMDS from pods)."""
@@ -1024,7 +1033,7 @@ def build(spec: Ec2K3sClusterSpec) -> GpuCluster:
     raise_if_any(asg_tag_issues(pools, lambda pool: asg_tags(spec.name, pool, unneeded_time), 0))
     # Every resource of the stack goes through the provider, which waits for the server count's check: a
     # preview or `up` that changes the count fails there, before anything else is touched.
-    provider = aws_provider(spec.name, region, after=[server_count(spec)])
+    provider = aws_provider(spec.name, region, after=[server_count(spec, *server_placement(spec))])
     # What the account's zones offer is known only by asking AWS, so after the provider exists.
     zones = zone_plan(spec.network, spec.gpu_pools, pulumi.InvokeOptions(provider=provider))
     raise_if_any(zone_issues(spec.network, spec.gpu_pools, zones))

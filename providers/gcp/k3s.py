@@ -870,7 +870,9 @@ def build(spec: GceK3sClusterSpec) -> GpuCluster:
         project=project,
         region=region,
         default_labels={"gpu-k8s-cluster": spec.name},
-        opts=pulumi.ResourceOptions(depends_on=[server_count(spec)]),
+        opts=pulumi.ResourceOptions(
+            depends_on=[server_count(spec, config_path("network", "zones"), server_zones(spec))]
+        ),
     )
     # Whether the project can start each pool's machine type in its zone is known only by asking.
     raise_if_any(
