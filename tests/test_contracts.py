@@ -37,7 +37,15 @@ from tests.paths import REPO_ROOT
 from tests.test_charts import crd_schemas
 
 # Maps whose keys are free-form in the chart (empty or example-only defaults).
-OPEN_MAPS = {("extraArgs",), ("nodeSelector",), ("controller", "nodeSelector"), ("daemonsetNodeSelector",)}
+# Values the charts pass through whole (toYaml): any key of the Kubernetes field they become.
+OPEN_MAPS = {
+    ("extraArgs",),
+    ("nodeSelector",),
+    ("controller", "nodeSelector"),
+    ("daemonsetNodeSelector",),
+    # cluster-autoscaler: a Deployment's `strategy` (templates/deployment.yaml).
+    ("updateStrategy",),
+}
 # Cluster-autoscaler flags documented in its FAQ ("What are the parameters to CA?"), REFERENCE.md 5.2.
 AUTOSCALER_FLAGS = {
     "cloud-provider",

@@ -350,6 +350,8 @@ def test_the_secret_writer_writes_every_path_the_payloads_hold():
         "/var/lib/rancher/k3s/server/tls/.hidden",
         "var/lib/rancher/k3s/server/tls/x.key",
         "/etc/rancher/k3s/config.yaml",
+        # The directory the etcd files go in, named as a file.
+        "/var/lib/rancher/k3s/server/tls/etcd",
     ],
 )
 def test_a_payload_naming_any_other_path_writes_nothing(tmp_path, path):
@@ -357,6 +359,16 @@ def test_a_payload_naming_any_other_path_writes_nothing(tmp_path, path):
     with pytest.raises(write_secret_files.RefusedPath):
         write_secret_files.write_files(payload, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("content", [None, 3, ["x"]])
+def test_a_payload_with_content_that_is_not_text_writes_nothing(tmp_path, monkeypatch, content):
+    files = {cloudinit.TOKEN_FILE: "K10abc::node:x", cloudinit.AGENT_TOKEN_FILE: content}
+    with pytest.raises(ValueError):
+        write_secret_files.write_files(json.dumps({"files": files}), tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({"files": files})))
+    assert write_secret_files.main() == 1
 
 
 def test_the_secret_writer_never_writes_through_a_symbolic_link(tmp_path):
@@ -391,3 +403,19 @@ def test_node_bootstrap_is_whatever_the_provider_supplies():
     files = user_data_files(cloudinit.agent_cloud_config(AGENT, custom))
     assert files[cloudinit.NODE_FACTS_FILE] == custom.node_facts_sh
     assert files[cloudinit.FETCH_FILE] == custom.fetch_secret_py
+
+
+@pytest.mark.parametrize("golden", sorted(RENDERED))
+def test_load_balancer_health_checks_reach_kube_proxy_on_every_node(golden):
+    """k3s binds kube-proxy's health endpoint to 127.0.0.1; Compute Engine's load balancers ask each node
+    on port 10256, so every node (server or agent) binds it on all addresses."""
+    config = yaml.safe_load(user_data_files(RENDERED[golden]())[f"{cloudinit.CONFIG_DIR}/config.yaml"])
+    assert config["kube-proxy-arg"] == ["healthz-bind-address=0.0.0.0:10256"]
+
+
+def test_servers_are_left_out_of_service_load_balancers(gcp_k3s, aws_k3s):
+    """Servers take no workloads, and on Compute Engine already sit in the API balancer's instance groups,
+    which an instance can belong to only one of."""
+    for recording, server in ((gcp_k3s, "ml-server-0"), (aws_k3s, "ml-server-0")):
+        text = json.dumps(recording.by_name(server).inputs)
+        assert "node.kubernetes.io/exclude-from-external-load-balancers=true" in text, server

@@ -30,12 +30,19 @@ def planned_policy(recording: Recording) -> dict[str, Any]:
     return policy.inputs
 
 
-def refusals(policy: dict[str, Any], pod_spec: dict[str, Any], operation: str = "CREATE") -> list[str]:
+def refusals(
+    policy: dict[str, Any],
+    pod_spec: dict[str, Any],
+    operation: str = "CREATE",
+    old_spec: dict[str, Any] | None = None,
+) -> list[str]:
     """The messages of the validations that refuse this pod (as the API server evaluates them: each
-    expression must be true to admit)."""
+    expression must be true to admit; `oldObject` is null on CREATE)."""
     env = celpy.Environment()
+    old = None if old_spec is None else {"apiVersion": "v1", "kind": "Pod", "spec": old_spec}
     activation = {
         "object": celpy.json_to_cel({"apiVersion": "v1", "kind": "Pod", "spec": pod_spec}),
+        "oldObject": celpy.json_to_cel(old),
         "request": celpy.json_to_cel({"operation": operation}),
     }
     refused = []
@@ -92,6 +99,8 @@ REFUSED = [
     ),
     ("every taint", [{"operator": "Exists"}]),
     ("every NoExecute taint", [{"key": "", "operator": "Exists", "effect": "NoExecute"}]),
+    # The API server drops empty optional fields; both spellings are refused.
+    ("every taint, empty effect", [{"operator": "Exists", "effect": ""}]),
 ]
 
 
@@ -109,7 +118,11 @@ def test_pods_that_tolerate_the_servers_or_name_a_node_are_refused(request, plan
     # A scheduled pod has a node name; updating it (labels, say) stays possible.
     assert refusals(policy, named, operation="UPDATE") == []
     # Adding the server toleration to a pending pod is an update too.
-    assert refusals(policy, {"containers": [CONTAINER], "tolerations": REFUSED[0][1]}, "UPDATE")
+    tolerating = {"containers": [CONTAINER], "tolerations": REFUSED[0][1]}
+    assert refusals(policy, tolerating, "UPDATE", old_spec={"containers": [CONTAINER]})
+    # A pod admitted before the policy keeps taking updates that leave its tolerations alone (labels,
+    # finalizers the Job controller removes, owner references).
+    assert refusals(policy, tolerating, "UPDATE", old_spec=tolerating) == []
 
 
 def test_the_policy_follows_the_server_taint():
@@ -205,3 +218,18 @@ def test_on_gcp_k3s_the_add_ons_that_use_the_servers_identity_run_on_the_host_ne
         o for o in rendered["gcp_k3s", "cluster-autoscaler"].objects if o["kind"] == "Deployment"
     ]
     assert autoscaler["spec"]["template"]["spec"].get("hostNetwork") is True
+    # Host ports: one server cannot hold the old and the new pod of a rolling update.
+    assert autoscaler["spec"]["strategy"] == {"type": "Recreate"}
+    controller = next(
+        r.inputs for r in gcp_k3s.registrations if r.name.endswith("deployment-csi-gce-pd-controller")
+    )
+    assert controller["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_on_aws_k3s_the_autoscaler_keeps_the_pod_network(rendered):
+    """aws-k3s servers keep metadata reachable from pods (the EBS CSI controller needs it), so the
+    autoscaler needs no host port there."""
+    (autoscaler,) = [
+        o for o in rendered["aws_k3s", "cluster-autoscaler"].objects if o["kind"] == "Deployment"
+    ]
+    assert "hostNetwork" not in autoscaler["spec"]["template"]["spec"]

@@ -7,8 +7,12 @@ can reach that identity (on AWS the EBS CSI controller must, and its chart has n
 servers' taint is only a scheduling hint: Pod Security `baseline` lets any pod tolerate it, and a pod that
 names its node skips the scheduler. So the policy refuses, in every namespace but the add-ons', a pod that
 tolerates the server taint (by its key, or every key with `operator: Exists`) with an effect that keeps it
-on a server, and a pod created with `spec.nodeName` set. Namespaces are matched by their
-`kubernetes.io/metadata.name` label, which the API server sets and nobody can change.
+on a server, and a pod created with `spec.nodeName` set (which skips the scheduler; the kubelet too refuses a
+pod that does not tolerate its node's NoExecute taints, pkg/kubelet/lifecycle/predicate.go as a review
+read it, so this rule is the explicit second guard). An update that leaves a pod's tolerations unchanged
+passes, so pods admitted before the policy (or in a namespace since un-exempted) keep being updated.
+Namespaces are matched by their `kubernetes.io/metadata.name` label, which the API server sets and nobody
+can change.
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ from gpu_k8s.components.manifests import kubernetes_object
 from gpu_k8s.components.spec import TaintSpec
 
 POLICY_NAME = "gpu-k8s-no-workloads-on-servers"
+UNCHANGED_TOLERATIONS = (
+    "(request.operation == 'UPDATE' && has(oldObject.spec.tolerations) && has(object.spec.tolerations) "
+    "&& object.spec.tolerations == oldObject.spec.tolerations)"
+)
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
@@ -72,7 +80,9 @@ def server_pod_policy(system_namespaces: Sequence[str], taint: TaintSpec) -> lis
             },
             "validations": [
                 {
-                    "expression": f"!({tolerates_server_expression(taint)})",
+                    # An update that leaves a pod's tolerations as they were (labels, finalizers, owner
+                    # references) is not the pod newly asking for a server.
+                    "expression": f"{UNCHANGED_TOLERATIONS} || !({tolerates_server_expression(taint)})",
                     "reason": "Forbidden",
                     "message": f"pods outside {', '.join(exempt)} may not tolerate the k3s servers' taint "
                     f"{taint.key}:{taint.effect} (nor every taint): servers hold the cluster's CA keys and "
@@ -84,7 +94,7 @@ def server_pod_policy(system_namespaces: Sequence[str], taint: TaintSpec) -> lis
                     "|| object.spec.nodeName == ''",
                     "reason": "Forbidden",
                     "message": f"pods outside {', '.join(exempt)} may not name their node (spec.nodeName "
-                    "skips the scheduler and the servers' taint); use a nodeSelector",
+                    "skips the scheduler); use a nodeSelector",
                 },
             ],
         },

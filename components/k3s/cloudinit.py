@@ -89,6 +89,16 @@ KUBELET_ARGS = (
     "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,"
     "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
 )
+# kube-proxy's health endpoint on every address, where k3s binds it to 127.0.0.1 (k3s's kube-proxy
+# arguments): Compute Engine's load balancer health checks ask it on each node for a Service with
+# externalTrafficPolicy Cluster (the cloud controller opens 10256 to Google's health-check ranges only).
+KUBE_PROXY_ARGS = ("healthz-bind-address=0.0.0.0:10256",)
+# Servers take no workloads, so no Service's load balancer sends them traffic: the service controller
+# leaves out nodes with this label (Kubernetes "Well-Known Labels": node.kubernetes.io/
+# exclude-from-external-load-balancers), which a kubelet may set on itself (node.kubernetes.io/ prefix). On
+# Compute Engine a server could not join the controller's instance group anyway: it is already in the API
+# balancer's, and an instance belongs to one load-balanced group.
+EXCLUDE_FROM_LOAD_BALANCERS = {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}
 # Bundled add-ons this toolkit replaces: the cloud's CSI driver is the default storage, and nodes take no
 # host-port load balancers or ingress they were not asked for.
 DISABLED_ADDONS = ("traefik", "servicelb", "local-storage")
@@ -310,6 +320,7 @@ def server_config(node: ServerNode) -> dict[str, Any]:
         ],
         "kube-controller-manager-arg": ["terminated-pod-gc-threshold=100"],
         "node-taint": [f"{SERVER_TAINT.key}={SERVER_TAINT.value}:{SERVER_TAINT.effect}"],
+        "kube-proxy-arg": list(KUBE_PROXY_ARGS),
         "disable-cloud-controller": node.external_cloud_provider,
         "etcd-snapshot-schedule-cron": SNAPSHOT_SCHEDULE,
         "etcd-snapshot-retention": SNAPSHOT_RETENTION,
@@ -330,7 +341,12 @@ def etcd_s3_credentials(access_key: str, secret_key: str) -> dict[str, str]:
 
 
 def agent_config(node: AgentNode) -> dict[str, Any]:
-    return {"server": node.server_url, "token-file": AGENT_TOKEN_FILE, "protect-kernel-defaults": True}
+    return {
+        "server": node.server_url,
+        "token-file": AGENT_TOKEN_FILE,
+        "protect-kernel-defaults": True,
+        "kube-proxy-arg": list(KUBE_PROXY_ARGS),
+    }
 
 
 def _yaml(document: Mapping[str, Any]) -> str:

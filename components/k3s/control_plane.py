@@ -17,6 +17,7 @@ from gpu_k8s.components.compat import DriverFacts, operator_driver
 from gpu_k8s.components.gpu_operator import OPERATOR_NAMESPACE
 from gpu_k8s.components.k3s.cloudinit import (
     API_PORT,
+    EXCLUDE_FROM_LOAD_BALANCERS,
     SERVER_TAINT,
     NodeBootstrap,
     ServerNode,
@@ -30,10 +31,11 @@ from gpu_k8s.components.k3s.settings import K3sClusterSpec
 from gpu_k8s.components.kubeconfig import client_certificate_kubeconfig
 
 CONTAINERD_SOCKET = "/run/k3s/containerd/containerd.sock"
-# The cluster-autoscaler runs on the servers with their cloud identity: from the host network, which keeps
-# it where pods' traffic to instance metadata is refused (chart values; hostNetwork pods resolve with the
-# host's DNS under the chart's ClusterFirst, which reaches the cloud's APIs).
-AUTOSCALER_ON_SERVERS = {"hostNetwork": True}
+# Where servers refuse instance metadata to pods (gcp-k3s), the cluster-autoscaler, which runs there with
+# their cloud identity, uses the host network (hostNetwork pods resolve with the host's DNS under the chart's
+# ClusterFirst, which reaches the cloud's APIs). Its port (8085) then is a host port: a rolling update would
+# start the new pod beside the old one, which one server cannot place, so the old pod goes first.
+AUTOSCALER_ON_HOST_NETWORK = {"hostNetwork": True, "updateStrategy": {"type": "Recreate"}}
 
 
 def k3s_traits(spec: K3sClusterSpec, accelerator_label: str) -> PlatformTraits:
@@ -77,7 +79,7 @@ def server_user_data(
             peer_urls=peers,
             founder=founder,
             snapshots=store,
-            labels={POOL_LABEL: SYSTEM_POOL_NAME},
+            labels={POOL_LABEL: SYSTEM_POOL_NAME, **EXCLUDE_FROM_LOAD_BALANCERS},
             exempt_namespaces=[OPERATOR_NAMESPACE],
             pod_security=spec.k3s.pod_security,
             external_cloud_provider=external_cloud_provider,

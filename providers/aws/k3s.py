@@ -42,7 +42,6 @@ from gpu_k8s.components.k3s.cloudinit import (
     agent_cloud_config,
 )
 from gpu_k8s.components.k3s.control_plane import (
-    AUTOSCALER_ON_SERVERS,
     K3sControlPlane,
     agent_taints,
     k3s_traits,
@@ -233,8 +232,14 @@ def aws_k3s_issues(spec: Ec2K3sClusterSpec) -> Iterable[ConfigIssue]:
         )
 
 
-def ubuntu_ami(arch: str) -> str:
-    return "resolve:ssm:" + UBUNTU_AMI_PARAMETER.format(arch=UBUNTU_ARCH[arch])
+def ubuntu_ami(arch: str, parent: pulumi.Resource) -> pulumi.Output[str]:
+    """The newest Ubuntu AMI ID, read from Canonical's SSM parameter at `up`: a new image reaches a pool's
+    nodes only through an `up`, whose diff shows the launch template's new ID (with `resolve:ssm:` every
+    launch would take whatever is newest, so a new kernel could break every new GPU node with no `up`)."""
+    return aws.ssm.get_parameter_output(
+        name=UBUNTU_AMI_PARAMETER.format(arch=UBUNTU_ARCH[arch]),
+        opts=pulumi.InvokeOutputOptions(parent=parent),
+    ).value
 
 
 def agent_labels(pool: GpuPool) -> dict[str, str]:
@@ -837,10 +842,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         """The servers on their interfaces; each knows the others' addresses, server 0 founds the cluster."""
         child = pulumi.ResourceOptions(parent=self)
         profile = aws.iam.InstanceProfile(f"{name}-server-profile", role=role.name, opts=child)
-        ami = aws.ssm.get_parameter_output(
-            name=UBUNTU_AMI_PARAMETER.format(arch=UBUNTU_ARCH[cpu_arch(spec.system_pool.instance_type)]),
-            opts=pulumi.InvokeOutputOptions(parent=self),
-        ).value
+        ami = ubuntu_ami(cpu_arch(spec.system_pool.instance_type), self)
         urls = [pulumi.Output.format("https://{0}:{1}", i.private_ip, API_PORT) for i in interfaces]
         servers: list[aws.ec2.Instance] = []
         for index, interface in enumerate(interfaces):
@@ -932,7 +934,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         )
         template = aws.ec2.LaunchTemplate(
             f"{name}-lt",
-            image_id=ubuntu_ami(pool.machine.arch),
+            image_id=ubuntu_ami(pool.machine.arch, self),
             # With several types, the group's mixed instances policy names them and buys the spot.
             instance_type=None if several_types else pool.machine.name,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
@@ -1042,8 +1044,6 @@ def build(spec: Ec2K3sClusterSpec) -> GpuCluster:
         AwsK3sClusterArgs(spec, region, traits, pools, zones),
         opts=pulumi.ResourceOptions(providers=[provider]),
     ).handle
-    cluster = install_gpu_addons(
-        spec, cluster, {**autoscaler_cloud_values(spec.name, region), **AUTOSCALER_ON_SERVERS}
-    )
+    cluster = install_gpu_addons(spec, cluster, autoscaler_cloud_values(spec.name, region))
     install_efa_device_plugin(spec.name, cluster)
     return cluster

@@ -33,7 +33,7 @@ from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.k3s.admission import ServerPodPolicy, k3s_system_namespaces
 from gpu_k8s.components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore, agent_cloud_config
 from gpu_k8s.components.k3s.control_plane import (
-    AUTOSCALER_ON_SERVERS,
+    AUTOSCALER_ON_HOST_NETWORK,
     K3sControlPlane,
     agent_taints,
     k3s_traits,
@@ -75,6 +75,7 @@ from gpu_k8s.providers.gcp.machines import (
     CLOUD_PLATFORM_SCOPE,
     boot_disk_type,
     gce_arch,
+    newest_ubuntu_image,
     system_pool_issues,
     ubuntu_image,
 )
@@ -711,7 +712,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
                 gcp.compute.InstanceTemplateDiskArgs(
                     boot=True,
                     auto_delete=True,
-                    source_image=ubuntu_image(machine.name),
+                    source_image=newest_ubuntu_image(machine.name, self),
                     disk_size_gb=pool.spec.disk_size_gib,
                     disk_type=boot_disk_type(machine.name),
                 )
@@ -899,5 +900,8 @@ def build(spec: GceK3sClusterSpec) -> GpuCluster:
         for group in k3s.groups
     ]
     return install_gpu_addons(
-        spec, cluster, {**autoscaler_cloud_values(groups), **AUTOSCALER_ON_SERVERS}, k3s.autoscaler_identity
+        spec,
+        cluster,
+        {**autoscaler_cloud_values(groups), **AUTOSCALER_ON_HOST_NETWORK},
+        k3s.autoscaler_identity,
     )

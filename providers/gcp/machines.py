@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+import pulumi
+import pulumi_gcp as gcp
+
 from gpu_k8s.components.catalog import Catalog
 from gpu_k8s.components.configbase import ConfigIssue, config_path
 from gpu_k8s.providers.gcp.settings import GcpClusterSpec
@@ -20,7 +23,9 @@ HYPERDISK_BALANCED = "hyperdisk-balanced"
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 # Canonical's Ubuntu 24.04 LTS image families in the ubuntu-os-cloud project (the amd64 name is in wide
 # public use; the arm64 one follows the same scheme). A family resolves to its newest image at creation.
-UBUNTU_IMAGE_FAMILY = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-{arch}"
+UBUNTU_IMAGE_PROJECT = "ubuntu-os-cloud"
+UBUNTU_FAMILY = "ubuntu-2404-lts-{arch}"
+UBUNTU_IMAGE_FAMILY = f"projects/{UBUNTU_IMAGE_PROJECT}/global/images/family/{UBUNTU_FAMILY}"
 # Arm series (Ampere T2A, Axion C4A/N4A, Grace A4X), recalled from the machine-series pages (UNCONFIRMED).
 ARM_SERIES = ("t2a-", "c4a-", "n4a-", "a4x-")
 
@@ -36,6 +41,17 @@ def gce_arch(machine_type: str) -> str:
 
 def ubuntu_image(machine_type: str) -> str:
     return UBUNTU_IMAGE_FAMILY.format(arch=gce_arch(machine_type))
+
+
+def newest_ubuntu_image(machine_type: str, parent: pulumi.Resource) -> pulumi.Output[str]:
+    """The family's newest image, resolved at `up`: an instance template naming the family would resolve it
+    at every VM's creation, so a new image (a new kernel) could reach every new GPU node with no `up`; with
+    the image itself, it arrives through an `up` whose diff shows it."""
+    return gcp.compute.get_image_output(
+        family=UBUNTU_FAMILY.format(arch=gce_arch(machine_type)),
+        project=UBUNTU_IMAGE_PROJECT,
+        opts=pulumi.InvokeOutputOptions(parent=parent),
+    ).self_link
 
 
 def system_pool_issues(spec: GcpClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:

@@ -152,6 +152,9 @@ def pd_csi_manifests(
     _use_node_identity(controller)
     controller["spec"]["template"]["spec"]["nodeSelector"].update(controller_node_selector)
     controller["spec"]["template"]["spec"]["tolerations"].extend(dict(t) for t in controller_tolerations)
+    # Upstream runs the controller on the host network: its ports are host ports, so a rolling update would
+    # start the new pod beside the old one, which one server cannot place. The old one goes first.
+    controller["spec"]["strategy"] = {"type": "Recreate"}
     namespace_object = {
         "apiVersion": "v1",
         "kind": "Namespace",

@@ -5,7 +5,9 @@ Usage: <cloud's fetch script> <secret> | python3 write_secret_files.py
 The payload on stdin is JSON {"files": {path: content}}. It is parsed and every path checked before anything
 is written, so a failed or partial fetch, or a payload naming any other path, writes nothing. Only the places
 a bootstrap secret has (the join tokens, the etcd snapshot credentials, the cluster's certificates and keys)
-are written: whoever can change the secret cannot make this root process write anywhere else. Each file
+are written: whoever can change the secret cannot make this root process write anywhere else (though
+through the snapshot credentials, a k3s config drop-in, they can set k3s options: no more than the CA keys
+in the same secret already give). Each file
 gets mode 0600 in a directory of mode 0700, is never written through a symbolic link, and only the paths
 are printed.
 """
@@ -33,11 +35,15 @@ def allowed(path):
     if not isinstance(path, str) or os.path.normpath(path) != path or not path.startswith("/"):
         return False
     directory, name = os.path.split(path)
+    if path in ALLOWED_DIRECTORIES:
+        return False
     return path in ALLOWED_FILES or (directory in ALLOWED_DIRECTORIES and not name.startswith("."))
 
 
 def write_files(payload, root="/"):
     files = json.loads(payload)["files"]
+    if not isinstance(files, dict) or not all(isinstance(content, str) for content in files.values()):
+        raise ValueError("files must map paths to text")
     refused = sorted(str(path) for path in files if not allowed(path))
     if refused:
         raise RefusedPath(", ".join(refused))
@@ -56,8 +62,11 @@ def main():
     except RefusedPath as refused:
         print(f"gpu-k8s: the secret payload names paths outside its own: {refused}", file=sys.stderr)
         return 1
-    except (ValueError, KeyError, AttributeError):
+    except (ValueError, KeyError, AttributeError, TypeError):
         print("gpu-k8s: the secret payload is not the expected JSON", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"gpu-k8s: could not write the secret's files: {error.strerror}", file=sys.stderr)
         return 1
     return 0
 
