@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from gpu_k8s.tools.engine import Recording
 
 AUTOSCALER_READS = {
@@ -152,11 +154,43 @@ def test_k3s_agents_hold_no_storage_policy(aws_k3s: Recording):
     # Whole ARNs, paths included: V2 of the EBS policy is at the root, V1 and the EFS policy under
     # service-role/ (the paths are checked against AWS's list by tests/test_references.py).
     assert attached == {
-        ("ml-server-role", "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"),
         ("ml-server-role", "arn:aws:iam::aws:policy/AmazonEBSCSIDriverPolicyV2"),
         ("ml-server-role", "arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy"),
-        ("ml-agent-role", "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"),
     }
+
+
+NODE_ROLES = {"aws_eks": {"ml-node"}, "aws_k3s": {"ml-server", "ml-agent"}}
+SESSION_MANAGER_ACTIONS = [
+    "ssm:UpdateInstanceInformation",
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+]
+
+
+@pytest.mark.parametrize("plan", sorted(NODE_ROLES))
+def test_nodes_get_session_manager_and_never_read_every_ssm_parameter(request, plan):
+    """S8: AmazonSSMManagedInstanceCore would let every node read every SSM parameter and document of the
+    account; nodes get only what Session Manager needs."""
+    recording: Recording = request.getfixturevalue(plan)
+    attachments = recording.by_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    assert "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore" not in {
+        r.inputs["policyArn"] for r in attachments
+    }
+    inline = recording.by_type("aws:iam/rolePolicy:RolePolicy")
+    sessions = [r for r in inline if r.name.endswith("-session-manager")]
+    assert {r.name.removesuffix("-session-manager") for r in sessions} == NODE_ROLES[plan]
+    for session in sessions:
+        (statement,) = json.loads(session.inputs["policy"])["Statement"]
+        assert sorted(statement["Action"]) == SESSION_MANAGER_ACTIONS
+    for policy in inline:
+        if isinstance(policy.inputs["policy"], str):
+            for statement in json.loads(policy.inputs["policy"])["Statement"]:
+                actions = statement["Action"]
+                actions = actions if isinstance(actions, list) else [actions]
+                reads_parameters = any(action.startswith("ssm:GetParameter") for action in actions)
+                assert not (reads_parameters and statement["Resource"] == "*"), policy.name
 
 
 def grants_by_role_arn(recording: Recording) -> dict[str, set[str]]:

@@ -251,7 +251,11 @@ class EksCluster(pulumi.ComponentResource):
         version = spec.kubernetes_version
         pre_node_addons = [addons.addon(name, a, cluster.name, version, self) for a in addons.PRE_NODE_ADDONS]
         node_role = role_with_policies(
-            f"{name}-node", service_trust_policy("ec2.amazonaws.com"), EKS_NODE_POLICIES, parent=self
+            f"{name}-node",
+            service_trust_policy("ec2.amazonaws.com"),
+            EKS_NODE_POLICIES,
+            parent=self,
+            session_manager=True,
         )
         ctx = NodeGroupContext(
             cluster_name=cluster.name,

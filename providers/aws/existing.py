@@ -166,7 +166,11 @@ class ExistingEksGpuLayer(pulumi.ComponentResource):
         super().__init__("gpu-k8s:aws:ExistingEksGpuLayer", name, None, opts)
         cluster, child = args.cluster, pulumi.ResourceOptions(parent=self)
         node_role = role_with_policies(
-            f"{name}-node", service_trust_policy("ec2.amazonaws.com"), EKS_NODE_POLICIES, parent=self
+            f"{name}-node",
+            service_trust_policy("ec2.amazonaws.com"),
+            EKS_NODE_POLICIES,
+            parent=self,
+            session_manager=True,
         )
         ctx = NodeGroupContext(
             cluster_name=cluster.name,

@@ -14,13 +14,34 @@ POLICY_VERSION = "2012-10-17"
 MANAGED = "arn:aws:iam::aws:policy/"
 
 EKS_CLUSTER_POLICIES = (f"{MANAGED}AmazonEKSClusterPolicy",)
-# AmazonSSMManagedInstanceCore gives shell access through Session Manager, so nodes need no SSH key or port.
+# Nodes get shell access through Session Manager (no SSH key or port) from SESSION_MANAGER_POLICY, not
+# AmazonSSMManagedInstanceCore, which also lets a node read every SSM parameter and document of the account
+# and take Run Command and State Manager work.
 EKS_NODE_POLICIES = (
     f"{MANAGED}AmazonEKSWorkerNodePolicy",
     f"{MANAGED}AmazonEKS_CNI_Policy",
     f"{MANAGED}AmazonEC2ContainerRegistryPullOnly",
-    f"{MANAGED}AmazonSSMManagedInstanceCore",
 )
+# What the SSM Agent needs for Session Manager and nothing else: AWS's documented minimal instance policy
+# ("Create a custom IAM instance profile for Session Manager"; the same five actions as the AWS managed
+# policy AWSCloud9SSMInstanceProfile). Session logging to S3 or KMS-encrypted sessions would add their own.
+SESSION_MANAGER_POLICY: dict[str, Any] = {
+    "Version": POLICY_VERSION,
+    "Statement": [
+        {
+            "Sid": "SessionManagerOnly",
+            "Effect": "Allow",
+            "Action": [
+                "ssm:UpdateInstanceInformation",
+                "ssmmessages:CreateControlChannel",
+                "ssmmessages:CreateDataChannel",
+                "ssmmessages:OpenControlChannel",
+                "ssmmessages:OpenDataChannel",
+            ],
+            "Resource": "*",
+        }
+    ],
+}
 EBS_CSI_POLICIES = (f"{MANAGED}service-role/AmazonEBSCSIDriverPolicy",)
 # The EKS user guide's policy for the EFS CSI driver (storage/efs-csi.adoc): access points it makes are
 # tagged, and it deletes only tagged ones.
@@ -139,8 +160,10 @@ def role_with_policies(
     managed_policy_arns: Sequence[str],
     parent: pulumi.Resource,
     inline_policy: dict[str, Any] | None = None,
+    session_manager: bool = False,
 ) -> GrantedRole:
-    """A role, its managed-policy attachments and optional inline policy, all children of `parent`."""
+    """A role, its managed-policy attachments, an optional inline policy and, for a node role
+    (`session_manager`), the Session Manager policy, all children of `parent`."""
     child = pulumi.ResourceOptions(parent=parent)
     role = aws.iam.Role(f"{name}-role", assume_role_policy=json.dumps(trust_policy), opts=child)
     grants: list[pulumi.Resource] = [
@@ -158,6 +181,15 @@ def role_with_policies(
                 f"{name}-policy",
                 role=role.id,
                 policy=json.dumps(inline_policy),
+                opts=pulumi.ResourceOptions(parent=role),
+            )
+        )
+    if session_manager:
+        grants.append(
+            aws.iam.RolePolicy(
+                f"{name}-session-manager",
+                role=role.id,
+                policy=json.dumps(SESSION_MANAGER_POLICY),
                 opts=pulumi.ResourceOptions(parent=role),
             )
         )

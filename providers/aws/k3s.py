@@ -103,20 +103,18 @@ from gpu_k8s.providers.aws.zones import ZonePlan, offering_issues, zone_issues, 
 CAPACITY_LABEL = "gpu-k8s.io/capacity-type"
 # Canonical's public SSM parameters for the current Ubuntu 24.04 LTS server AMI (parameter scheme from
 # Canonical's "Finding Ubuntu images with the AWS SSM Parameter Store"; the ebs-gp3 volume type of 24.04
-# images is recalled, UNCONFIRMED). Launch templates resolve it at every launch, so new nodes get patches.
+# images is recalled, UNCONFIRMED). Read at `up` (ubuntu_ami), so new nodes get the image of the last `up`.
 UBUNTU_AMI_PARAMETER = "/aws/service/canonical/ubuntu/server/24.04/stable/current/{arch}/hvm/ebs-gp3/ami-id"
 UBUNTU_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 UBUNTU_ROOT_DEVICE = "/dev/sda1"
-# Session Manager instead of SSH, on every node.
-NODE_POLICIES = (f"{MANAGED}AmazonSSMManagedInstanceCore",)
 # The EBS CSI controller runs on the servers with their instance role (no EKS Pod Identity here), limited by
 # policy V2 to volumes tagged for the driver; the agents' node plugin calls no AWS API. V2 lives at the root
 # path, unlike V1 under service-role/ (AWS managed policy reference; moto's copy of the managed-policy list,
 # checked by tests/test_references.py).
-SERVER_POLICIES = (*NODE_POLICIES, f"{MANAGED}AmazonEBSCSIDriverPolicyV2")
-# Servers: hop limit 2, so the add-ons there that use the instance role without host networking (EBS CSI
-# controller, cluster-autoscaler) reach IMDS. Agents: 1, so no pod on a GPU node reaches IMDS (the
-# termination handler uses host networking; the EBS node plugin reads its node's facts from Kubernetes).
+SERVER_POLICIES = (f"{MANAGED}AmazonEBSCSIDriverPolicyV2",)
+# Servers: hop limit 2, so the add-ons there that use the instance role without host networking (the EBS
+# and EFS CSI controllers, the cluster-autoscaler) reach IMDS. Agents: 1, so no pod on a GPU node reaches
+# IMDS (the termination handler uses host networking; the EBS node plugin reads its node from Kubernetes).
 SERVER_IMDS_HOP_LIMIT = 2
 AGENT_IMDS_HOP_LIMIT = 1
 EBS_CSI_CHART = "aws-ebs-csi-driver"
@@ -501,6 +499,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
             (*SERVER_POLICIES, *(EFS_CSI_POLICIES if shares_efs else ())),
             parent=self,
             inline_policy=cluster_autoscaler_policy(spec.name),
+            session_manager=True,
         )
         server_reads = self._reads_secrets(f"{name}-server", server_role, [server_secret, agent_secret])
         server_ccm = aws.iam.RolePolicy(
@@ -517,7 +516,11 @@ class AwsK3sCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=server_role.role),
         )
         agent_role = role_with_policies(
-            f"{name}-agent", service_trust_policy("ec2.amazonaws.com"), NODE_POLICIES, parent=self
+            f"{name}-agent",
+            service_trust_policy("ec2.amazonaws.com"),
+            (),
+            parent=self,
+            session_manager=True,
         )
         agent_reads = self._reads_secrets(f"{name}-agent", agent_role, [agent_secret])
         agent_grants: list[pulumi.Resource] = [agent_reads, *agent_role.grants]
