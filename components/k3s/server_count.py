@@ -6,7 +6,7 @@ removing servers (from three to one) leaves the survivor one member of three, wh
 servers added to a one-server cluster would register through an address its certificate does not name; a
 new machine type stops every server at once (AWS stops and starts an instance to change its type, Compute
 Engine needs it stopped), and a new boot disk or zone replaces every server. So these stay what the stack
-was created with (stacks/README.md says how to change them: a new stack, or one server at a time by hand).
+was created with (stacks/K3S.md says how to change them: a new stack, or one server at a time by hand).
 
 The stack file alone cannot tell: the values the cluster runs with are in the stack's state. `ServerCount`
 is a dynamic resource the stack's cloud provider depends on; the engine hands its `check` the values of the
@@ -74,7 +74,7 @@ def server_shape_issues(olds: dict[str, Any], news: dict[str, Any]) -> list[Conf
                     _plain(news[key]),
                     f"the running servers have {_plain(olds[key])!r} and {why}",
                     f"set it back to {_plain(olds[key])!r}; to change it, create a new stack and move the "
-                    "workloads, or replace the servers one at a time by hand (stacks/README.md, k3s)",
+                    "workloads, or replace the servers one at a time by hand (stacks/K3S.md)",
                 )
             )
     return [issue for issue in issues if issue is not None]

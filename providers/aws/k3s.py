@@ -886,7 +886,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                     # A new Ubuntu release must not replace a running server. User data runs at first boot
                     # only, and EC2 applies a change by stopping and starting the instance: every server at
                     # once. New servers take the current image and data; running ones are upgraded in place
-                    # (stacks/README.md, "Upgrading k3s").
+                    # (stacks/K3S.md, "Upgrading k3s").
                     opts=pulumi.ResourceOptions(
                         parent=self, depends_on=list(boot_after), ignore_changes=["ami", "userData"]
                     ),

@@ -608,7 +608,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
                     allow_stopping_for_update=True,
                     # A newer Ubuntu image must not replace a running server; new ones take the current image.
                     # User data runs at first boot only: a changed one would do nothing on a running server
-                    # and only show as a change (upgrades: stacks/README.md, "Upgrading k3s").
+                    # and only show as a change (upgrades: stacks/K3S.md, "Upgrading k3s").
                     opts=pulumi.ResourceOptions(
                         parent=self,
                         depends_on=list(boot_after),
