@@ -9,11 +9,13 @@ STACK ?= aws-eks
 help:
 	@sed -n 's/^## //p' $(MAKEFILE_LIST)
 
-# Planning needs the library and its runtime dependencies only; the tests add the dev tools and Helm.
+# Planning needs the library, its runtime dependencies and the clouds' SDKs (both: the committed stacks are
+# on both clouds; a project on one cloud installs gpu-k8s[aws] or gpu-k8s[gcp]); the tests add the dev tools
+# and Helm.
 $(VENV)/.runtime: pyproject.toml constraints.txt
 	@echo "Setting up $(VENV) with what planning needs (first run only; about a minute)..."
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -c constraints.txt -e .
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[aws,gcp]"
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.runtime tools/helm-requirements.txt

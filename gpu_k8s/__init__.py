@@ -7,6 +7,7 @@ The names imported here are the stable public API (README.md "Extend"); modules 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
 
 import pulumi
@@ -36,16 +37,40 @@ __all__ = [
 ]
 
 
+# The cloud SDK each cloud's platforms import, and the extra that installs it.
+CLOUD_SDKS = {"aws": ("pulumi_aws", "gpu-k8s[aws]"), "gcp": ("pulumi_gcp", "gpu-k8s[gcp]")}
+
+
 def build_cluster(spec: ClusterSpec) -> GpuCluster:
     """Every resource of the spec's platform (network, cluster, GPU pools, GPU Operator, CSI, autoscaler)."""
     module_name, function_name = platform_of(spec).build.split(":")
+    _require_sdk(spec.cloud, "gpu-k8s:cluster.cloud")
     build: Callable[[ClusterSpec], GpuCluster] = getattr(importlib.import_module(module_name), function_name)
     return build(spec)
+
+
+def _require_sdk(cloud: str, key: str) -> None:
+    """A clear refusal, before any resource, where the cloud's SDK is not installed (an extra)."""
+    if cloud not in CLOUD_SDKS:
+        return
+    module, extra = CLOUD_SDKS[cloud]
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    key,
+                    cloud,
+                    f"needs the Pulumi {cloud.upper()} SDK ({module}), which this installation lacks",
+                    f"pip install '{extra}' (or both clouds: 'gpu-k8s[aws,gcp]')",
+                )
+            ]
+        )
 
 
 def build_existing_eks_gpu_layer(name: str, raw: object | None = None) -> GpuCluster:
     """The GPU layer alone on an EKS cluster you already have (`gpu-k8s:gpuLayer`, or `raw`): GPU node groups,
     the GPU Operator and the cluster-autoscaler; nothing of the cluster itself is created or changed."""
+    _require_sdk("aws", "gpu-k8s:gpuLayer")
     from gpu_k8s.providers.aws.existing import build_existing_eks_gpu_layer as build_layer
 
     return build_layer(name, raw)

@@ -81,29 +81,30 @@ def test_the_wheel_holds_every_module_and_runtime_file(wheel):
     assert "gpu-k8s = gpu_k8s.tools.cli:main" in entry_points.decode()
 
 
-def runtime_closure(name: str = "gpu-k8s") -> dict[str, metadata.Distribution]:
-    """The distributions `name` declares, transitively (extras left out, markers evaluated here)."""
+def runtime_closure(extras: tuple[str, ...] = ("aws", "gcp")) -> dict[str, metadata.Distribution]:
+    """The distributions gpu-k8s declares with `extras`, transitively (other extras left out, markers
+    evaluated here)."""
     found: dict[str, metadata.Distribution] = {}
-    pending = [name]
+    pending: list[tuple[str, tuple[str, ...]]] = [("gpu-k8s", extras)]
     while pending:
-        dist = metadata.distribution(pending.pop())
+        name, wanted = pending.pop()
+        dist = metadata.distribution(name)
         key = canonicalize_name(dist.metadata["Name"])
         if key in found:
             continue
         found[key] = dist
         for line in dist.requires or []:
             requirement = Requirement(line)
-            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
-                pending.append(requirement.name)
+            marker = requirement.marker
+            if marker is None or any(marker.evaluate({"extra": extra}) for extra in ("", *wanted)):
+                pending.append((requirement.name, ()))
     return found
 
 
-@pytest.fixture(scope="module")
-def installed(wheel, tmp_path_factory) -> Path:
-    """A fresh venv outside the repository with the wheel and, file by file, exactly the distributions it
-    declares (taken from the test environment: tests make no downloads). A module the library imports but
+def fresh_environment(wheel: Path, root: Path, extras: tuple[str, ...]) -> Path:
+    """A fresh venv at `root` with the wheel and, file by file, exactly the distributions it declares with
+    `extras` (taken from the test environment: tests make no downloads). A module the library imports but
     does not declare (a dev tool) is missing here as it would be for a user."""
-    root = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", root], check=True, timeout=120)
     python = root / "bin" / "python"
     fresh_site = Path(
@@ -115,7 +116,7 @@ def installed(wheel, tmp_path_factory) -> Path:
         ).stdout.strip()
     )
     here = Path(sysconfig.get_paths()["purelib"])
-    for key, dist in runtime_closure().items():
+    for key, dist in runtime_closure(extras).items():
         if key == "gpu-k8s":
             continue
         for file in dist.files or ():
@@ -133,6 +134,12 @@ def installed(wheel, tmp_path_factory) -> Path:
         timeout=300,
     )
     return root
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """gpu-k8s[aws,gcp] from the wheel, in an environment with nothing else."""
+    return fresh_environment(wheel, tmp_path_factory.mktemp("venv"), ("aws", "gcp"))
 
 
 def test_the_fresh_environment_lacks_the_dev_tools(installed):
@@ -252,3 +259,31 @@ def test_the_gpu_layer_example_plans_from_the_installed_package(installed, tmp_p
     resources = _plan_example(installed, tmp_path, "existing-eks")
     groups = [r for r in resources if r["type"] == "aws:eks/nodeGroup:NodeGroup"]
     assert groups and {group["inputs"]["clusterName"] for group in groups} == {"prod"}
+
+
+def test_one_cloud_installs_alone_and_the_other_is_refused_with_the_extra_to_add(wheel, tmp_path_factory):
+    """gpu-k8s[aws]: no Google SDK installed; an AWS stack plans, a GCP stack is refused naming the extra."""
+    aws_only = fresh_environment(wheel, tmp_path_factory.mktemp("aws-only"), ("aws",))
+    python = aws_only / "bin" / "python"
+    assert subprocess.run([python, "-c", "import pulumi_gcp"], capture_output=True).returncode != 0
+    project = tmp_path_factory.mktemp("one-cloud")
+    for name in ("Pulumi.yaml", "__main__.py"):
+        shutil.copy(REPO_ROOT / name, project)
+    (project / "stacks").mkdir()
+    for stack in ("aws-eks", "gcp-gke"):
+        shutil.copy(FIXTURE_STACKS / f"Pulumi.{stack}.yaml", project / "stacks")
+
+    def plan(stack: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [aws_only / "bin" / "gpu-k8s", "plan", stack, "--json"],
+            capture_output=True,
+            text=True,
+            cwd=project,
+            timeout=300,
+        )
+
+    assert plan("aws-eks").stdout == (FIXTURE_PLANS / "aws-eks.json").read_text()
+    refused = plan("gcp-gke")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert 'gpu-k8s:cluster.cloud: "gcp" - needs the Pulumi GCP SDK (pulumi_gcp)' in refused.stderr
+    assert "Fix: pip install 'gpu-k8s[gcp]'" in refused.stderr and "Traceback" not in refused.stderr
