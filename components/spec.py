@@ -592,12 +592,16 @@ def _machine_issues(
     cloud = rules.cloud
     machine = rules.pool_machine(pool, catalog)
     if machine is None:
-        hint = ", ".join(catalog.nearest_gpu_types(cloud, pool.instance_type))
+        elsewhere = _same_gpu_elsewhere(catalog, cloud, pool.instance_type)
+        hint = (
+            elsewhere
+            or f"did you mean one of: {', '.join(catalog.nearest_gpu_types(cloud, pool.instance_type))}?"
+        )
         yield ConfigIssue(
             path("instanceType"),
             pool.instance_type,
             f"not a GPU type of {cloud} in the catalog (it lists every type with NVIDIA GPUs)",
-            f"did you mean one of: {hint}?",
+            hint,
         )
     elif machine.gpu_fraction:
         yield ConfigIssue(
@@ -922,7 +926,49 @@ def parse_structure(raw: Any, model: type[M]) -> M:
         # A list whose items all failed also reports itself as too short; the item errors say more.
         inner = {tuple(e["loc"])[:depth] for e in errors for depth in range(len(e["loc"]))}
         errors = [e for e in errors if not (e["type"] == "too_short" and tuple(e["loc"]) in inner)]
-        raise ConfigError(_structural_issue(model, e) for e in errors) from None
+        raise ConfigError(_misspelt_required_keys([_structural_issue(model, e) for e in errors])) from None
+
+
+def _same_gpu_elsewhere(catalog: Catalog, cloud: Cloud, name: str) -> str | None:
+    """For another cloud's type (a3-highgpu-8g on AWS): this cloud's types with the same GPU model."""
+    for other in sorted(catalog.machine_types):
+        machine = catalog.machine_type(other, name) if other != cloud else None
+        if machine is not None and machine.gpu_model is not None:
+            same = sorted(
+                (mt.gpu_count, mt.name)
+                for mt in catalog.machine_types[cloud].values()
+                if mt.gpu_model is not None and mt.gpu_model.id == machine.gpu_model.id and mt.has_whole_gpus
+            )
+            gpus = f"{machine.gpu_count} x {machine.gpu_model.display_name}"
+            if same:
+                listed = ", ".join(f"{n} ({count} GPU{'s' if count > 1 else ''})" for count, n in same[:4])
+                return f"{name} is a {other.upper()} type ({gpus}); on {cloud.upper()} the same GPU: {listed}"
+            return f"{name} is a {other.upper()} type ({gpus}); {cloud.upper()} offers no type with that GPU"
+    return None
+
+
+def _misspelt_required_keys(issues: list[ConfigIssue]) -> list[ConfigIssue]:
+    """One problem, not two, for a required key written with a typo (`maxNode` for `maxNodes`): the
+    unknown key's closest match is the key reported missing beside it."""
+    missing = {issue.path: issue for issue in issues if issue.problem == "is missing"}
+    merged: list[ConfigIssue] = []
+    for issue in issues:
+        if issue.problem == "unknown key" and issue.fix.startswith("did you mean "):
+            guess = issue.fix.removeprefix("did you mean ").split("?", 1)[0]
+            required = f"{issue.path.rsplit('.', 1)[0]}.{guess}"
+            if required in missing:
+                missing.pop(required)
+                merged.append(
+                    ConfigIssue(
+                        issue.path,
+                        issue.value,
+                        f"unknown key, and {guess} is missing",
+                        f"rename it to {guess}",
+                    )
+                )
+                continue
+        merged.append(issue)
+    return [issue for issue in merged if issue.problem != "is missing" or issue.path in missing]
 
 
 def _own_keys(given: BaseModel, spec_class: type[ClusterSpec]) -> dict[str, Any]:

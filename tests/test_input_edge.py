@@ -247,3 +247,39 @@ def test_the_cluster_key_written_as_text_is_refused_under_the_program(tmp_path: 
     assert (
         f"gpu-k8s:cluster: {value} - is text, not a mapping. Fix: write the cluster's keys indented" in error
     )
+
+
+@pytest.mark.parametrize(
+    ("written", "required"),
+    [("maxNode", "maxNodes"), ("InstanceType", "instanceType"), ("instancetype", "instanceType")],
+)
+def test_a_misspelt_required_key_is_one_problem_with_its_name(written, required):
+    cluster = minimal_cluster()
+    pool = cluster["gpuPools"][0]
+    pool[written] = pool.pop(required)
+    with pytest.raises(ConfigError) as caught:
+        load_spec(cluster)
+    (issue,) = caught.value.issues
+    assert issue.path == f"gpu-k8s:cluster.gpuPools[0].{written}"
+    assert (issue.problem, issue.fix) == (
+        f"unknown key, and {required} is missing",
+        f"rename it to {required}",
+    )
+
+
+def test_another_clouds_gpu_type_suggests_this_clouds_types_with_the_same_gpu():
+    message = refusal(mutated("gpuPools.0.instanceType", "a3-highgpu-8g"))
+    assert (
+        "Fix: a3-highgpu-8g is a GCP type (8 x NVIDIA H100 80GB (SXM5/PCIe)); on AWS the same GPU: "
+        in message
+    )
+    assert "p5.48xlarge (8 GPUs)" in message and "g4dn" not in message
+
+
+def test_a_stack_file_with_its_settings_outside_config_is_told_so(tmp_path, capsys):
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text("aws:region: us-east-1\ngpu-k8s:cluster: {name: ml}\n")
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "has aws:region, gpu-k8s:cluster at its top level and no `config:` key" in err
+    assert "Fix: put `config:` on the first line and indent the settings under it" in err

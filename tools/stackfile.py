@@ -174,6 +174,16 @@ def _checked_levels(document: Any) -> Iterator[ConfigIssue]:
             "a stack file is a mapping with a `config:` mapping in it; see stacks/README.md",
         )
         return
+    stray = sorted(key for key in document if isinstance(key, str) and ":" in key)
+    if "config" not in document and stray:
+        # A stack file whose settings sit at the top: Pulumi reads only what is under `config:`.
+        yield ConfigIssue(
+            "the file",
+            None,
+            f"has {', '.join(stray)} at its top level and no `config:` key, so Pulumi reads none of them",
+            "put `config:` on the first line and indent the settings under it; see stacks/README.md",
+        )
+        return
     config = document.get("config", {})
     if not isinstance(config, dict):
         yield ConfigIssue(
