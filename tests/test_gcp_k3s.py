@@ -399,10 +399,9 @@ def test_templates_take_machine_and_accelerators_from_the_catalog(gcp_k3s, gcp_k
         spot = pool.get("spot", False)
         assert inputs["scheduling"]["provisioningModel"] == ("SPOT" if spot else "STANDARD")
         assert inputs["scheduling"]["automaticRestart"] is (not spot)
-        # The family's newest image, resolved at `up` (a new one shows in the diff), not at each VM's start.
-        assert inputs["disks"][0]["sourceImage"].startswith(
-            "https://www.googleapis.com/compute/v1/projects/ubuntu-os-cloud/global/images/ubuntu-2404-amd64-v"
-        )
+        # The family, not an image resolved at `up`: a new image would replace the template, which
+        # Compute Engine refuses to delete while the group's running VMs use it.
+        assert inputs["disks"][0]["sourceImage"].endswith("/family/ubuntu-2404-lts-amd64")
         assert inputs["shieldedInstanceConfig"]["enableSecureBoot"] is False
         assert "accessConfigs" not in inputs["networkInterfaces"][0]
 

@@ -4,6 +4,7 @@ the same dynamic-provider host the Pulumi CLI runs."""
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,6 +16,8 @@ from google.protobuf import struct_pb2
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from gpu_k8s.components.k3s.server_count import server_count_issue, server_shape_issues
+from gpu_k8s.components.spec import load_spec
+from gpu_k8s.providers.aws.k3s import server_placement
 from gpu_k8s.tools.engine import Recording
 
 Check = Callable[..., list[str]]
@@ -157,3 +160,18 @@ def test_the_shape_issues_name_each_changed_key():
         "gpu-k8s:cluster.network.availabilityZones",
     ]
     assert server_shape_issues({}, changed) == [] and server_shape_issues({"servers": 3}, changed) == []
+
+
+def test_given_subnets_guard_only_the_servers_own(aws_k3s_config):
+    """Server i sits in private subnet i modulo their count: a subnet added for GPU pools moves no server."""
+    cluster = copy.deepcopy(aws_k3s_config["gpu-k8s:cluster"])
+    subnets = [f"subnet-0{i}aaaaaaaaaaaaaaa" for i in range(4)]
+    cluster["network"] = {
+        "vpcId": "vpc-0aaaaaaaaaaaaaaaa",
+        "privateSubnetIds": subnets[:3],
+        "publicSubnetIds": [f"subnet-0{i}bbbbbbbbbbbbbbb" for i in range(3)],
+    }
+    key, three = server_placement(load_spec(cluster))
+    assert key == "gpu-k8s:cluster.network.privateSubnetIds" and three == subnets[:3]
+    cluster["network"]["privateSubnetIds"] = subnets
+    assert server_placement(load_spec(cluster))[1] == three

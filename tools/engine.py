@@ -408,13 +408,6 @@ class RealisticMocks(pulumi_mocks.Mocks):
             name = args.args["filter"].split('"')[1]
             offered = gcp_offerings().offered(name, args.args["zone"]) is not False
             return {**args.args, "machineTypes": [{"name": name}] if offered else [], "id": name}, []
-        if args.token == "gcp:compute/getImage:getImage":
-            # The newest image of a family; the image name and its date are made up.
-            name = f"{args.args['family'].replace('-lts', '')}-v20261118"
-            link = (
-                f"https://www.googleapis.com/compute/v1/projects/{args.args['project']}/global/images/{name}"
-            )
-            return {**args.args, "name": name, "selfLink": link, "id": name}, []
         if args.token == "gcp:organizations/getProject:getProject":
             project = args.args.get("projectId") or self.project
             return {"projectId": project, "number": "123456789012", "name": project, "id": project}, []

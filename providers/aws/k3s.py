@@ -292,12 +292,17 @@ def mixed_instances_policy(
 
 
 def server_placement(spec: Ec2K3sClusterSpec) -> tuple[str, list[str]]:
-    """What decides the servers' subnets (server i in private subnet i modulo their count): the subnets
-    given, or how many zones the new VPC spans."""
+    """What decides the servers' subnets (server i in private subnet i modulo their count): each server's
+    subnet where they are given (adding one for GPU pools moves no server), or how many zones the new VPC
+    spans."""
     network = spec.network
     if network.creates_vpc:
+        # The zone count re-carves the new VPC's subnets (every count, conservatively: 3 <-> 4 moves none).
         return config_path("network", "availabilityZones"), [str(network.availability_zones)]
-    return config_path("network", "privateSubnetIds"), list(network.private_subnet_ids)
+    subnets = network.private_subnet_ids
+    return config_path("network", "privateSubnetIds"), [
+        subnets[index % len(subnets)] for index in range(spec.system_pool.nodes)
+    ]
 
 
 def ebs_csi_values(region: str) -> dict[str, object]:

@@ -75,7 +75,6 @@ from gpu_k8s.providers.gcp.machines import (
     CLOUD_PLATFORM_SCOPE,
     boot_disk_type,
     gce_arch,
-    newest_ubuntu_image,
     system_pool_issues,
     ubuntu_image,
 )
@@ -712,7 +711,10 @@ class GcpK3sCluster(pulumi.ComponentResource):
                 gcp.compute.InstanceTemplateDiskArgs(
                     boot=True,
                     auto_delete=True,
-                    source_image=newest_ubuntu_image(machine.name, self),
+                    # The family, resolved as each VM starts. Resolving it at `up` would replace the template
+                    # with every new image, and Compute Engine refuses to delete a template that running
+                    # instances of the group still use (pulumi-gcp#680), failing that `up`.
+                    source_image=ubuntu_image(machine.name),
                     disk_size_gb=pool.spec.disk_size_gib,
                     disk_type=boot_disk_type(machine.name),
                 )

@@ -5,9 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-import pulumi
-import pulumi_gcp as gcp
-
 from gpu_k8s.components.catalog import Catalog
 from gpu_k8s.components.configbase import ConfigIssue, config_path
 from gpu_k8s.providers.gcp.settings import GcpClusterSpec
@@ -41,17 +38,6 @@ def gce_arch(machine_type: str) -> str:
 
 def ubuntu_image(machine_type: str) -> str:
     return UBUNTU_IMAGE_FAMILY.format(arch=gce_arch(machine_type))
-
-
-def newest_ubuntu_image(machine_type: str, parent: pulumi.Resource) -> pulumi.Output[str]:
-    """The family's newest image, resolved at `up`: an instance template naming the family would resolve it
-    at every VM's creation, so a new image (a new kernel) could reach every new GPU node with no `up`; with
-    the image itself, it arrives through an `up` whose diff shows it."""
-    return gcp.compute.get_image_output(
-        family=UBUNTU_FAMILY.format(arch=gce_arch(machine_type)),
-        project=UBUNTU_IMAGE_PROJECT,
-        opts=pulumi.InvokeOutputOptions(parent=parent),
-    ).self_link
 
 
 def system_pool_issues(spec: GcpClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
