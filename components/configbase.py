@@ -6,6 +6,7 @@ can define their models and rules without importing the whole cluster spec.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -125,8 +126,41 @@ def stack_cluster_config() -> Any:
     )
 
 
+# The keys of the `gpu-k8s:` config namespace; anything else there is a typo or someone else's key.
+NAMESPACE_KEYS = ("cluster", "gpuLayer")
+
+
+def namespace_key_issues(keys: Iterable[str]) -> list[ConfigIssue]:
+    """Keys of the `gpu-k8s:` namespace that the library does not read (`gpu-k8s:clustr`), with the near
+    miss. A project's own keys belong under its own name."""
+    issues = []
+    for key in sorted(keys):
+        namespace, _, name = key.partition(":")
+        if namespace == CONFIG_NAMESPACE and name not in NAMESPACE_KEYS:
+            guess = difflib.get_close_matches(name.lower(), [k.lower() for k in NAMESPACE_KEYS], n=1)
+            near = next((k for k in NAMESPACE_KEYS if guess and k.lower() == guess[0]), None)
+            only = f"{CONFIG_NAMESPACE}: holds only {', '.join(NAMESPACE_KEYS)}"
+            fix = (
+                f"did you mean {CONFIG_NAMESPACE}:{near}?"
+                if near
+                else f"{only}; your keys go under your project"
+            )
+            issues.append(ConfigIssue(key, None, "is not a key of gpu-k8s", fix))
+    return issues
+
+
+def _stack_config_keys() -> set[str]:
+    from pulumi.runtime import config as runtime_config
+
+    return set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env() or {})
+
+
 def stack_config_object(name: str, fix_when_text: str) -> Any:
-    """The stack's `gpu-k8s:<name>` value; a ConfigError with `fix_when_text` when it is text."""
+    """The stack's `gpu-k8s:<name>` value; a ConfigError with `fix_when_text` when it is text, or naming
+    any key of the namespace the library does not read."""
+    unknown = namespace_key_issues(_stack_config_keys())
+    if unknown:
+        raise ConfigError(unknown)
     try:
         return pulumi.Config(CONFIG_NAMESPACE).get_object(name)
     except pulumi.ConfigTypeError as exc:

@@ -155,15 +155,23 @@ class GpuPoolSpec(StrictModel):
     interconnect: str | None = None
 
 
-# Namespaces every cluster has, or that Kueue and the GPU Operator own: no team's jobs queue there.
+# Namespaces every cluster has, or that the add-ons the stacks install own: no team's jobs queue there.
 RESERVED_NAMESPACES = (
     "default",
     "kube-system",
     "kube-public",
     "kube-node-lease",
     "kueue-system",
+    "jobset-system",
     "gpu-operator",
+    "system-upgrade",
+    "gce-pd-csi-driver",
 )
+# Prefixes of namespaces Kubernetes and GKE keep for themselves (kube-*; GKE's gke-* and managed
+# Prometheus's gmp-*).
+RESERVED_NAMESPACE_PREFIXES = ("kube-", "gke-", "gmp-")
+# Kueue reads durations into Go's time.Duration, an int64 of nanoseconds: about 292 years at most.
+GO_DURATION_MAX_SECONDS = (2**63 - 1) // 10**9
 # A GPU node started from zero needs minutes to boot, set up its driver and pull a CUDA image; a shorter
 # wait would evict jobs that are only waiting for their nodes.
 MIN_PODS_READY_MINUTES = 10
@@ -795,11 +803,12 @@ def _batch_issues(batch: BatchSpec) -> Iterable[ConfigIssue]:
             yield ConfigIssue(
                 where, namespace, "not a namespace name", "use a lowercase DNS label, e.g. research"
             )
-        elif namespace in RESERVED_NAMESPACES or namespace.startswith("kube-"):
+        elif namespace in RESERVED_NAMESPACES or namespace.startswith(RESERVED_NAMESPACE_PREFIXES):
             yield ConfigIssue(
                 where,
                 namespace,
-                "exists in every cluster or belongs to Kueue or the GPU Operator",
+                "exists in every cluster, belongs to an add-on the stack installs, or is kept by "
+                "Kubernetes or GKE (kube-*, gke-*, gmp-*)",
                 "list your teams' own namespaces (the stack creates them)",
             )
         elif namespace in seen:
@@ -812,6 +821,13 @@ def _batch_issues(batch: BatchSpec) -> Iterable[ConfigIssue]:
             batch.pods_ready_timeout,
             "not a duration",
             'write it like "30m" or "1h"',
+        )
+    elif seconds > GO_DURATION_MAX_SECONDS:
+        yield ConfigIssue(
+            config_path("batch", "podsReadyTimeout"),
+            batch.pods_ready_timeout,
+            "is longer than a Go duration holds (about 292 years), which is how Kueue reads it",
+            'write something like "30m" or "2h"',
         )
     elif seconds < MIN_PODS_READY_MINUTES * 60:
         yield ConfigIssue(
@@ -874,6 +890,18 @@ def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
     """Parse and validate the `gpu-k8s:cluster` value into its platform's spec; raise ConfigError listing
     every problem."""
     raw = _mapping_issues_raised(raw)
+    if "batch" in raw and raw["batch"] is None:
+        # `batch:` with nothing under it would read as no batch at all.
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    config_path("batch"),
+                    None,
+                    "is empty, so no queue would be made",
+                    "list the teams' namespaces under it (batch: {namespaces: [research]}), or remove it",
+                )
+            ]
+        )
     platform = _platform_for_raw(raw)
     defaulted = platform.spec.with_defaults(raw) if platform else raw
     given: Any = parse_structure(defaulted, _structure_model(_registered()))

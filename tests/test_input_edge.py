@@ -283,3 +283,57 @@ def test_a_stack_file_with_its_settings_outside_config_is_told_so(tmp_path, caps
     err = capsys.readouterr().err
     assert "has aws:region, gpu-k8s:cluster at its top level and no `config:` key" in err
     assert "Fix: put `config:` on the first line and indent the settings under it" in err
+
+
+@pytest.mark.parametrize(
+    ("namespace", "why"),
+    [
+        ("system-upgrade", "belongs to an add-on"),
+        ("gke-managed-system", "kept by Kubernetes or GKE"),
+        ("gmp-public", "kept by"),
+        ("jobset-system", "belongs to an add-on"),
+    ],
+)
+def test_batch_refuses_namespaces_the_cluster_or_its_platform_keeps(namespace, why):
+    cluster = minimal_cluster()
+    cluster["batch"] = {"namespaces": [namespace]}
+    assert why in refusal(cluster)
+
+
+def test_an_empty_batch_section_is_refused_not_read_as_no_batch():
+    cluster = minimal_cluster()
+    cluster["batch"] = None
+    message = refusal(cluster)
+    assert "gpu-k8s:cluster.batch: is empty, so no queue would be made" in message
+
+
+def test_a_pods_ready_timeout_beyond_a_go_duration_is_refused():
+    cluster = minimal_cluster()
+    cluster["batch"] = {"namespaces": ["research"], "podsReadyTimeout": "2562048h"}
+    assert "is longer than a Go duration holds" in refusal(cluster)
+    cluster["batch"]["podsReadyTimeout"] = "2562047h"
+    load_spec(cluster)
+
+
+def test_keys_of_the_gpu_k8s_namespace_the_library_does_not_read_are_refused(tmp_path, capsys):
+    from gpu_k8s.components.configbase import namespace_key_issues
+
+    issues = namespace_key_issues(["gpu-k8s:clustr", "gpu-k8s:fooBar", "gpu-k8s:cluster", "team:share"])
+    assert [(i.path, i.fix) for i in issues] == [
+        ("gpu-k8s:clustr", "did you mean gpu-k8s:cluster?"),
+        ("gpu-k8s:fooBar", "gpu-k8s: holds only cluster, gpuLayer; your keys go under your project"),
+    ]
+    stack = yaml_stack(tmp_path, {"gpu-k8s:clustr": minimal_cluster(), "aws:region": "us-east-1"})
+    assert main([str(stack)]) == 2
+    assert (
+        "gpu-k8s:clustr: is not a key of gpu-k8s. Fix: did you mean gpu-k8s:cluster?"
+        in capsys.readouterr().err
+    )
+
+
+def yaml_stack(directory: Path, config: dict[str, Any]) -> Path:
+    import yaml
+
+    path = directory / "Pulumi.dev.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    return path
