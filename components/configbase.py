@@ -63,8 +63,16 @@ class ConfigError(pulumi.RunError):
 
     def __init__(self, issues: Iterable[ConfigIssue]):
         self.issues = tuple(issues)
-        lines = "\n".join(f"  - {issue}" for issue in self.issues)
-        super().__init__(f"invalid stack config ({len(self.issues)} problem(s)):\n{lines}")
+        # A screenful: the first problems, and how many more (a list of 200 pools can hold hundreds).
+        lines = [f"  - {issue}" for issue in self.issues[:SHOWN_ISSUES]]
+        if len(self.issues) > SHOWN_ISSUES:
+            lines.append(f"  ... and {len(self.issues) - SHOWN_ISSUES} more of the same kind or others")
+        text = "\n".join(lines)
+        super().__init__(f"invalid stack config ({len(self.issues)} problem(s)):\n{text}")
+
+
+# How many problems a refusal prints; the rest are counted.
+SHOWN_ISSUES = 20
 
 
 def raise_if_any(*issue_groups: Iterable[ConfigIssue]) -> None:

@@ -162,6 +162,17 @@ def test_listed_subnets_replace_the_clusters(existing_eks):
         ),
         ({"gpuPools": []}, "gpu-k8s:gpuLayer.gpuPools", ("at least 1",)),
         ({"cuda": "12.10"}, "gpu-k8s:gpuLayer.cuda", ("12.10",)),
+        # EKS's ClusterName shape; subnet IDs as EC2 writes them, each once.
+        ({"cluster": ""}, "gpu-k8s:gpuLayer.cluster", ("is not an EKS cluster name",)),
+        ({"cluster": "prod; rm -rf /"}, "gpu-k8s:gpuLayer.cluster", ("is not an EKS cluster name",)),
+        ({"cluster": "p" * 101}, "gpu-k8s:gpuLayer.cluster", ("1-100 letters",)),
+        ({"subnetIds": ["subnet-0A1B2C3D4E5F60718"]}, "gpu-k8s:gpuLayer.subnetIds[0]", ("not a subnet ID",)),
+        ({"subnetIds": ["null"]}, "gpu-k8s:gpuLayer.subnetIds[0]", ("not a subnet ID",)),
+        (
+            {"subnetIds": ["subnet-0a1b2c3d4e5f60718", "subnet-0a1b2c3d4e5f60718"]},
+            "gpu-k8s:gpuLayer.subnetIds[1]",
+            ("listed twice",),
+        ),
     ],
 )
 def test_a_bad_layer_is_refused_under_its_key_before_any_resource(changes, path, words):

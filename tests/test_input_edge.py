@@ -337,3 +337,13 @@ def yaml_stack(directory: Path, config: dict[str, Any]) -> Path:
     path = directory / "Pulumi.dev.yaml"
     path.write_text(yaml.safe_dump({"config": config}))
     return path
+
+
+def test_a_refusal_prints_a_screenful_and_counts_the_rest():
+    from gpu_k8s.components.configbase import SHOWN_ISSUES, ConfigIssue
+
+    error = ConfigError(ConfigIssue(f"k{i}", i, "bad", "fix it") for i in range(SHOWN_ISSUES + 30))
+    lines = str(error).splitlines()
+    assert lines[0] == f"invalid stack config ({SHOWN_ISSUES + 30} problem(s)):"
+    assert len(lines) == SHOWN_ISSUES + 2 and lines[-1] == "  ... and 30 more of the same kind or others"
+    assert len(error.issues) == SHOWN_ISSUES + 30

@@ -246,7 +246,33 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "eks-admin-listed-twice",
         set_path("eks", {"admins": ["arn:aws:iam::123456789012:role/a", "arn:aws:iam::123456789012:role/a"]}),
         "eks.admins[1]",
-        ("listed twice",),
+        ("is the principal of eks.admins[0]",),
+    ),
+    (
+        "eks-admin-twice-in-two-cases",
+        set_path(
+            "eks", {"admins": ["arn:aws:iam::123456789012:role/Ops", "arn:aws:iam::123456789012:role/ops"]}
+        ),
+        "eks.admins[1]",
+        ("IAM names ignore case",),
+    ),
+    (
+        "eks-admin-without-a-name",
+        set_path("eks", {"admins": ["arn:aws:iam::123456789012:role/"]}),
+        "eks.admins[0]",
+        ("a name of 1-64 characters",),
+    ),
+    (
+        "eks-admin-name-over-64",
+        set_path("eks", {"admins": ["arn:aws:iam::123456789012:role/" + "r" * 65]}),
+        "eks.admins[0]",
+        ("a name of 1-64 characters",),
+    ),
+    (
+        "eks-admin-in-another-partition",
+        set_path("eks", {"admins": ["arn:aws-cn:iam::123456789012:role/ops"]}),
+        "eks.admins[0]",
+        ("is in partition aws-cn, but the stack's region is in aws",),
     ),
     ("vpc-cidr-multicast", set_path("network.cidr", "224.1.0.0/16"), "network.cidr", ("hosts can have",)),
     ("vpc-cidr-this-network", set_path("network.cidr", "0.0.0.0/16"), "network.cidr", ("hosts can have",)),

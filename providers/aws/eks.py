@@ -69,32 +69,53 @@ EKS_TRAITS = PlatformTraits(
 EKS_ASG_TAGS = 5
 
 
-# An IAM role or user (access entries take no assumed-role session ARNs; EKS CreateAccessEntry).
-IAM_PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/([\w+=,.@/-]+)$")
+# An IAM role or user (access entries take no assumed-role session ARNs; EKS CreateAccessEntry): a path of
+# segments, then the name, at most 64 characters for either (IAM quotas: role and user names).
+IAM_PRINCIPAL_ARN = re.compile(
+    r"^arn:(aws[a-z-]*):iam::\d{12}:(role|user)/((?:[\w+=,.@-]+/)*)([\w+=,.@-]{1,64})$", re.ASCII
+)
+# The only partition a stack runs in (providers/aws/location.py refuses the others' regions).
+STACK_PARTITION = "aws"
 
 
 def admin_slug(arn: str) -> str:
     """A stable resource-name part for an admin principal: its kind, name and a short hash of the ARN."""
     match = IAM_PRINCIPAL_ARN.match(arn)
     assert match is not None, "validated by eks_issues"
-    name = re.sub(r"[^a-z0-9]+", "-", match.group(2).rsplit("/", 1)[-1].lower()).strip("-")
-    return f"{match.group(1)}-{name}-{hashlib.sha256(arn.encode()).hexdigest()[:6]}"
+    name = re.sub(r"[^a-z0-9]+", "-", match.group(4).lower()).strip("-")
+    return f"{match.group(2)}-{name}-{hashlib.sha256(arn.encode()).hexdigest()[:6]}"
 
 
 def _admin_issues(admins: Sequence[str]) -> Iterable[ConfigIssue]:
-    seen: set[str] = set()
+    # IAM names are unique ignoring case: two spellings are one principal.
+    seen: dict[str, int] = {}
     for index, arn in enumerate(admins):
         path = config_path("eks", "admins", index)
-        if not IAM_PRINCIPAL_ARN.match(arn):
+        match = IAM_PRINCIPAL_ARN.match(arn)
+        if match is None:
             yield ConfigIssue(
                 path,
                 arn,
-                "not the ARN of an IAM role or user",
+                "not the ARN of an IAM role or user (a name of 1-64 characters after role/ or user/)",
                 "write arn:aws:iam::<account>:role/<name> (for an assumed-role session, its role's ARN)",
             )
-        elif arn in seen:
-            yield ConfigIssue(path, arn, "listed twice", "list each principal once")
-        seen.add(arn)
+            continue
+        if match.group(1) != STACK_PARTITION:
+            yield ConfigIssue(
+                path,
+                arn,
+                f"is in partition {match.group(1)}, but the stack's region is in {STACK_PARTITION}",
+                f"use the principal's ARN in {STACK_PARTITION} (arn:{STACK_PARTITION}:iam::...)",
+            )
+        key = arn.lower()
+        if key in seen:
+            yield ConfigIssue(
+                path,
+                arn,
+                f"is the principal of eks.admins[{seen[key]}] (IAM names ignore case)",
+                "list each principal once",
+            )
+        seen.setdefault(key, index)
 
 
 def eks_issues(spec: EksClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:

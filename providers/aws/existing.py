@@ -12,6 +12,7 @@ own managing node groups tagged for auto-discovery.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, ClassVar
@@ -64,10 +65,13 @@ from gpu_k8s.providers.aws.eks import EKS_ASG_TAGS, EKS_TRAITS, node_group_issue
 from gpu_k8s.providers.aws.iam import EKS_NODE_POLICIES, role_with_policies, service_trust_policy
 from gpu_k8s.providers.aws.location import aws_provider, cluster_tags, region_from_config
 from gpu_k8s.providers.aws.nodes import NodeGroupContext, gpu_node_pools
-from gpu_k8s.providers.aws.settings import AWS_POOL_RULES, AwsNetwork
+from gpu_k8s.providers.aws.settings import AWS_POOL_RULES, AWS_SUBNET_ID, AwsNetwork
 from gpu_k8s.providers.aws.zones import ZonePlan, offering_issues, zone_issues, zone_plan
 
 GPU_LAYER = "gpuLayer"
+# The EKS API's ClusterName shape (botocore's eks service model): 1-100 characters, a letter or digit
+# first, then letters, digits, hyphens and underscores.
+EKS_CLUSTER_NAME = re.compile(r"[0-9A-Za-z][A-Za-z0-9\-_]{0,99}")
 GPU_LAYER_KEY = f"{CONFIG_NAMESPACE}:{GPU_LAYER}"
 
 
@@ -95,11 +99,34 @@ def load_existing_eks(raw: object, catalog: Catalog) -> ExistingEksSpec:
     with config_root(GPU_LAYER_KEY):
         spec = parse_structure(raw, ExistingEksSpec)
         raise_if_any(
+            _layer_issues(spec),
             _cuda_issues(spec),
             addon_issues(spec.addon_versions),
             gpu_pool_issues(spec.gpu_pools, spec.pool_rules, catalog),
         )
     return spec
+
+
+def _layer_issues(spec: ExistingEksSpec) -> Iterable[ConfigIssue]:
+    """The cluster's name as EKS names clusters, and subnet IDs as EC2 writes them, each once."""
+    if not EKS_CLUSTER_NAME.fullmatch(spec.cluster):
+        yield ConfigIssue(
+            config_path("cluster"),
+            spec.cluster,
+            "is not an EKS cluster name (1-100 letters, digits, hyphens and underscores, starting with a "
+            "letter or digit)",
+            "use the name `aws eks list-clusters` shows",
+        )
+    seen: set[str] = set()
+    for index, subnet in enumerate(spec.subnet_ids):
+        where = config_path("subnetIds", index)
+        if not AWS_SUBNET_ID.fullmatch(subnet):
+            yield ConfigIssue(
+                where, subnet, "not a subnet ID", "use subnet IDs, e.g. subnet-0a1b2c3d4e5f60718"
+            )
+        elif subnet in seen:
+            yield ConfigIssue(where, subnet, "listed twice", "list each subnet once")
+        seen.add(subnet)
 
 
 def _cuda_issues(spec: ExistingEksSpec) -> Iterable[ConfigIssue]:
