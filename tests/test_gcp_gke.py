@@ -615,6 +615,58 @@ BAD_GKE_INPUTS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
         "gke.maintenanceExclusions[0].endTime",
         ("ends before it starts",),
     ),
+    *(
+        (
+            f"maintenance-exclusion-iso-not-rfc3339-{index}",
+            set_path(
+                "gke",
+                {
+                    "maintenanceExclusions": [
+                        {"name": "freeze", "startTime": text, "endTime": "2027-02-01T00:00:00Z"}
+                    ]
+                },
+            ),
+            "gke.maintenanceExclusions[0].startTime",
+            ("RFC 3339",),
+        )
+        # ISO 8601 forms Python reads and the GKE API does not: a space for T, no seconds, the basic format.
+        for index, text in enumerate(("2027-01-04 00:00:00+00:00", "2027-01-04T00:00Z", "20270104T000000Z"))
+    ),
+    (
+        "maintenance-exclusion-without-a-name",
+        set_path(
+            "gke",
+            {
+                "maintenanceExclusions": [
+                    {"name": "", "startTime": "2027-01-04T00:00:00Z", "endTime": "2027-02-01T00:00:00Z"}
+                ]
+            },
+        ),
+        "gke.maintenanceExclusions[0].name",
+        ("is empty",),
+    ),
+    (
+        "maintenance-exclusions-with-one-name",
+        set_path(
+            "gke",
+            {
+                "maintenanceExclusions": [
+                    {
+                        "name": "freeze",
+                        "startTime": "2027-01-04T00:00:00Z",
+                        "endTime": "2027-02-01T00:00:00Z",
+                    },
+                    {
+                        "name": "freeze",
+                        "startTime": "2027-06-01T00:00:00Z",
+                        "endTime": "2027-06-08T00:00:00Z",
+                    },
+                ]
+            },
+        ),
+        "gke.maintenanceExclusions[1].name",
+        ("is the name of maintenanceExclusions[0]",),
+    ),
     (
         "per-pool-scale-down-time",
         set_path("gpuPools.0.scaleDownUnneededTime", "10m"),

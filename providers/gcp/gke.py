@@ -221,7 +221,14 @@ def _control_plane_range_issues(spec: GkeClusterSpec) -> Iterable[ConfigIssue]:
             )
 
 
+# RFC 3339's date-time (section 5.6), which the GKE API takes: Python's fromisoformat also reads ISO 8601
+# forms the API refuses (a space for the "T", no seconds, the basic format without dashes).
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})", re.ASCII)
+
+
 def _timestamp(text: str) -> datetime.datetime | None:
+    if not RFC3339.fullmatch(text):
+        return None
     try:
         parsed = datetime.datetime.fromisoformat(text)
     except ValueError:
@@ -237,8 +244,19 @@ def _maintenance_issues(gke: GkeSpec) -> Iterable[ConfigIssue]:
             'not a time of day "HH:MM" (GMT)',
             'write it like "03:00"',
         )
+    names: dict[str, int] = {}
     for index, exclusion in enumerate(gke.maintenance_exclusions):
         path = functools.partial(config_path, "gke", "maintenanceExclusions", index)
+        if not exclusion.name:
+            yield ConfigIssue(path("name"), exclusion.name, "is empty", "name the exclusion, e.g. year-end")
+        elif exclusion.name in names:
+            yield ConfigIssue(
+                path("name"),
+                exclusion.name,
+                f"is the name of maintenanceExclusions[{names[exclusion.name]}] (GKE keys them by name)",
+                "give each exclusion its own name",
+            )
+        names.setdefault(exclusion.name, index)
         times = {}
         for key, text in (("startTime", exclusion.start_time), ("endTime", exclusion.end_time)):
             times[key] = _timestamp(text)
