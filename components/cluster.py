@@ -26,7 +26,7 @@ from gpu_k8s.components.sharing import (
     node_offer,
     resolve_sharing,
 )
-from gpu_k8s.components.spec import GpuPoolSpec, PoolRules, TaintSpec, mig_pools
+from gpu_k8s.components.spec import DOCUMENTATION_RANGES, GpuPoolSpec, PoolRules, TaintSpec, mig_pools
 from gpu_k8s.components.storage import SharedStorage
 
 # Every GPU node carries a taint on this key so only pods that ask for GPUs (and tolerate it) land there.
@@ -179,12 +179,6 @@ def resolve_pools(spec: GpuLayerSpec, catalog: Catalog, traits: PlatformTraits) 
             )
         )
     return tuple(pools)
-
-
-# RFC 5737: reserved for documentation, never routed; an API reachable only from them is reachable by no one.
-DOCUMENTATION_RANGES = tuple(
-    ipaddress.IPv4Network(r) for r in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
-)
 
 
 def documentation_range_issues(spec: GpuLayerSpec) -> list[ConfigIssue]:

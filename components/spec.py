@@ -494,6 +494,25 @@ def _api_access_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
     )
 
 
+# RFC 5737: reserved for documentation, never routed; no host has addresses there.
+DOCUMENTATION_RANGES = tuple(
+    ipaddress.IPv4Network(r) for r in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
+)
+
+
+def host_range_issue(path: str, value: str) -> ConfigIssue | None:
+    """A range for a network's hosts (a VPC, a subnet, pod or service ranges, a control plane's, a file
+    server's): unicast, and not an RFC 5737 documentation range (Python counts those as private)."""
+    issue = unicast_issue(path, value)
+    if issue is not None:
+        return issue
+    if any(ipaddress.IPv4Network(value).overlaps(example) for example in DOCUMENTATION_RANGES):
+        return ConfigIssue(
+            path, value, "is an RFC 5737 documentation range, which no host has", "use RFC 1918 space"
+        )
+    return None
+
+
 def unicast_issue(path: str, value: str) -> ConfigIssue | None:
     """A network range hosts can have addresses in: not multicast, loopback, link-local, "this network"
     (0.0.0.0/8) or reserved (240.0.0.0/4)."""

@@ -407,6 +407,15 @@ def test_a_valid_n1_attachment_resolves_to_the_catalog_gpu(gcp_gke_config):
 
 # (id, mutation, YAML path named in the error, words the message must contain)
 BAD_GKE_INPUTS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
+    # Ranges no host can have addresses in, the documentation ranges included (Python calls them private).
+    ("gcp-cidr-documentation", set_path("network.cidr", "203.0.113.0/24"), "network.cidr", ("RFC 5737",)),
+    ("gcp-cidr-this-network", set_path("network.cidr", "0.0.0.0/16"), "network.cidr", ("hosts can have",)),
+    (
+        "master-range-documentation",
+        set_path("gke", {"masterIpv4CidrBlock": "192.0.2.16/28"}),
+        "gke.masterIpv4CidrBlock",
+        ("no documentation range",),
+    ),
     (
         "control-plane-range-inside-the-node-range",
         set_path("gke", {"masterIpv4CidrBlock": "10.40.0.16/28"}),

@@ -323,6 +323,8 @@ BAD_FILESTORE_RANGES = [
     ("10.42.8.0/29", ("k3s's pod range 10.42.0.0/16",)),
     ("10.43.0.0/29", ("k3s's service range 10.43.0.0/16",)),
     ("10.40.1.0/29", ("network.cidr 10.40.0.0/20",)),
+    # Python counts the documentation ranges as private; no host has addresses there.
+    ("192.0.2.8/29", ("RFC 5737 documentation range",)),
 ]
 
 

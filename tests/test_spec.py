@@ -278,6 +278,7 @@ BAD_CONFIGS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
     ("vpc-cidr-this-network", set_path("network.cidr", "0.0.0.0/16"), "network.cidr", ("hosts can have",)),
     ("vpc-cidr-link-local", set_path("network.cidr", "169.254.0.0/16"), "network.cidr", ("hosts can",)),
     ("vpc-cidr-reserved", set_path("network.cidr", "240.0.0.0/16"), "network.cidr", ("hosts can have",)),
+    ("vpc-cidr-documentation", set_path("network.cidr", "198.51.96.0/20"), "network.cidr", ("RFC 5737",)),
     (
         "vpc-id-empty",
         set_path("network", {"vpcId": "", "privateSubnetIds": ["subnet-0a", "subnet-0b"]}),

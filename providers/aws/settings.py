@@ -19,7 +19,7 @@ from gpu_k8s.components.spec import (
     NetworkSettings,
     PoolRules,
     cidr_issue,
-    unicast_issue,
+    host_range_issue,
 )
 
 EFA = "efa"
@@ -232,7 +232,7 @@ def _vpc_issues(net: AwsNetwork) -> Iterable[ConfigIssue]:
         )
         return
     if net.cidr is not None:
-        issue = cidr_issue(config_path("network", "cidr"), net.cidr) or unicast_issue(
+        issue = cidr_issue(config_path("network", "cidr"), net.cidr) or host_range_issue(
             config_path("network", "cidr"), net.cidr
         )
         if issue:

@@ -34,6 +34,7 @@ from gpu_k8s.components.spec import (
     GpuPoolSpec,
     SystemPoolSpec,
     TaintSpec,
+    host_range_issue,
     pool_child_name,
 )
 from gpu_k8s.components.storage import SharedStorage, shared_storage_class_manifest, storage_class
@@ -172,13 +173,14 @@ def _control_plane_issues(gke: GkeSpec, region: str) -> Iterable[ConfigIssue]:
     try:
         master_range = ipaddress.IPv4Network(gke.master_ipv4_cidr_block)
         fits = master_range.prefixlen == 28 and master_range.is_private
+        fits = fits and host_range_issue("", gke.master_ipv4_cidr_block) is None
     except ValueError:
         fits = False
     if not fits:
         yield ConfigIssue(
             config_path("gke", "masterIpv4CidrBlock"),
             gke.master_ipv4_cidr_block,
-            "the control plane's range must be a private /28",
+            "the control plane's range must be a private /28 hosts can have (no documentation range)",
             "use an unused /28 such as 172.16.0.0/28",
         )
     yield from _maintenance_issues(gke)

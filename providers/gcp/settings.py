@@ -28,6 +28,7 @@ from gpu_k8s.components.spec import (
     PoolRules,
     StorageSpec,
     cidr_issue,
+    host_range_issue,
 )
 
 GCP_ZONE = re.compile(r"^([a-z]+-[a-z]+\d+)-[a-z]$")
@@ -297,7 +298,7 @@ def filestore_range_issues(spec: GceK3sClusterSpec) -> Iterable[ConfigIssue]:
     """The Filestore range must be a private /29 that neither the subnet nor k3s's overlay uses."""
     path = config_path("storage", "filestoreRange")
     value = spec.storage.filestore_range
-    issue = cidr_issue(path, value)
+    issue = cidr_issue(path, value) or host_range_issue(path, value)
     if issue is not None:
         yield issue
         return
@@ -381,7 +382,9 @@ def _subnet_issues(net: GcpNetwork, pod_ranges: bool) -> Iterable[ConfigIssue]:
     ranges = {}
     for key, _ in new_subnet:
         if given[key] is not None:
-            issue = cidr_issue(config_path("network", key), given[key])
+            issue = cidr_issue(config_path("network", key), given[key]) or host_range_issue(
+                config_path("network", key), given[key]
+            )
             if issue:
                 yield issue
             elif not ipaddress.IPv4Network(given[key]).is_private:
