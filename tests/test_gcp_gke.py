@@ -407,6 +407,22 @@ def test_a_valid_n1_attachment_resolves_to_the_catalog_gpu(gcp_gke_config):
 
 # (id, mutation, YAML path named in the error, words the message must contain)
 BAD_GKE_INPUTS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
+    *(
+        (
+            f"kms-key-{index}",
+            set_path("gke", {"secretsKmsKey": key}),
+            "gke.secretsKmsKey",
+            ("not a Cloud KMS key name",),
+        )
+        for index, key in enumerate(
+            (
+                'projects/my-project/locations/us-central1/keyRings/r/cryptoKeys/k"; rm -rf /',
+                "projects/my-project/locations/us-central1/keyRings/r/cryptoKeys/k/cryptoKeyVersions/1",
+                "projects/My Project/locations/us-central1/keyRings/r/cryptoKeys/k",
+                "projects/my-project/locations/us-central1/keyRings/" + "r" * 64 + "/cryptoKeys/k",
+            )
+        )
+    ),
     # Ranges no host can have addresses in, the documentation ranges included (Python calls them private).
     ("gcp-cidr-documentation", set_path("network.cidr", "203.0.113.0/24"), "network.cidr", ("RFC 5737",)),
     ("gcp-cidr-this-network", set_path("network.cidr", "0.0.0.0/16"), "network.cidr", ("hosts can have",)),
@@ -564,7 +580,9 @@ BAD_GKE_INPUTS: list[tuple[str, Mutation, str, tuple[str, ...]]] = [
     ),
     (
         "kms-key-in-another-region",
-        set_path("gke", {"secretsKmsKey": "projects/p/locations/europe-west4/keyRings/r/cryptoKeys/k"}),
+        set_path(
+            "gke", {"secretsKmsKey": "projects/my-project/locations/europe-west4/keyRings/r/cryptoKeys/k"}
+        ),
         "gke.secretsKmsKey",
         ("europe-west4", "us-central1"),
     ),

@@ -76,7 +76,14 @@ AUTONAME_SUFFIX = 8
 # counted here as keys plus values).
 MAX_NODE_LABEL_CHARACTERS = 1024
 DAILY_WINDOW_START = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
-KMS_KEY = re.compile(r"^projects/[^/]+/locations/([^/]+)/keyRings/[^/]+/cryptoKeys/[^/]+$")
+# A Cloud KMS key's resource name: a project ID (or a domain-scoped one), a region, and key ring and key IDs
+# of letters, digits, underscores and hyphens, 1-63 characters (Cloud KMS resource IDs, recalled:
+# UNCONFIRMED here). No version suffix: GKE takes the key.
+KMS_KEY = re.compile(
+    r"projects/((?:[a-z][-a-z0-9.]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9])/locations/([a-z]+-[a-z]+[0-9]+)"
+    r"/keyRings/[A-Za-z0-9_-]{1,63}/cryptoKeys/[A-Za-z0-9_-]{1,63}",
+    re.ASCII,
+)
 DRIVER_CHANNEL = {"default": "DEFAULT", "latest": "LATEST"}
 # Cloud Resource Manager serves project IAM bindings and project lookups; even reading a Service needs it,
 # so on a project where it is off it must be enabled once by hand first (stacks/README.md, "GCP project").
@@ -185,7 +192,7 @@ def _control_plane_issues(gke: GkeSpec, region: str) -> Iterable[ConfigIssue]:
         )
     yield from _maintenance_issues(gke)
     key = gke.secrets_kms_key
-    match = KMS_KEY.match(key) if key is not None else None
+    match = KMS_KEY.fullmatch(key) if key is not None else None
     if key is not None and match is None:
         yield ConfigIssue(
             config_path("gke", "secretsKmsKey"),
@@ -193,13 +200,13 @@ def _control_plane_issues(gke: GkeSpec, region: str) -> Iterable[ConfigIssue]:
             "not a Cloud KMS key name",
             "write projects/<project>/locations/<region>/keyRings/<ring>/cryptoKeys/<key>",
         )
-    elif match is not None and match.group(1) != region:
+    elif match is not None and match.group(2) != region:
         # Application-layer secrets encryption needs the key in the cluster's region (GKE docs, recalled;
         # UNCONFIRMED here).
         yield ConfigIssue(
             config_path("gke", "secretsKmsKey"),
             key,
-            f"the key is in {match.group(1)}, the cluster in {region}",
+            f"the key is in {match.group(2)}, the cluster in {region}",
             f"use a key ring in {region}",
         )
 
