@@ -928,7 +928,9 @@ def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
     kind_issues = list(_kind_issues(given.cloud, given.kind))
     if platform is None or kind_issues:
         raise ConfigError(name_issues + kind_issues)
-    spec = platform.spec.model_validate_json(json.dumps(_own_keys(given, platform.spec)))
+    spec = platform.spec.model_validate_json(
+        json.dumps(_own_keys(given, platform.spec)), by_alias=True, by_name=False
+    )
     raise_if_any(name_issues, _semantic_issues(spec, given, catalog or load_catalog()))
     return spec
 
@@ -967,7 +969,8 @@ def parse_structure(raw: Any, model: type[M]) -> M:
     raw = _mapping_issues_raised(raw)
     try:
         # JSON mode: strict types, yet YAML lists become tuples (Pulumi hands structured config over as JSON).
-        return model.model_validate_json(json.dumps(raw))
+        # Keys by their camelCase names only: the models also take field names, for code, not for stacks.
+        return model.model_validate_json(json.dumps(raw), by_alias=True, by_name=False)
     except ValidationError as exc:
         errors = exc.errors()
         # A list whose items all failed also reports itself as too short; the item errors say more.

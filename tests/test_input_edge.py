@@ -347,3 +347,16 @@ def test_a_refusal_prints_a_screenful_and_counts_the_rest():
     assert lines[0] == f"invalid stack config ({SHOWN_ISSUES + 30} problem(s)):"
     assert len(lines) == SHOWN_ISSUES + 2 and lines[-1] == "  ... and 30 more of the same kind or others"
     assert len(error.issues) == SHOWN_ISSUES + 30
+
+
+def test_a_snake_case_spelling_of_a_key_is_refused_with_its_camel_case_name():
+    """The models take field names from code; a stack file takes the camelCase keys only."""
+    cluster = minimal_cluster()
+    cluster["gpuPools"][0]["max_nodes"] = cluster["gpuPools"][0].pop("maxNodes")
+    cluster["system_pool"] = cluster.pop("systemPool")
+    with pytest.raises(ConfigError) as caught:
+        load_spec(cluster)
+    assert sorted((issue.path, issue.fix) for issue in caught.value.issues) == [
+        ("gpu-k8s:cluster.gpuPools[0].max_nodes", "rename it to maxNodes"),
+        ("gpu-k8s:cluster.system_pool", "rename it to systemPool"),
+    ]
