@@ -52,22 +52,22 @@ class Charge:
 
 def node_price(recording: Recording, pool: dict[str, Any]) -> Price | None:
     """The price of one node of a pool of the `gpuPools` output, where the plan places it."""
-    region = _aws_region(recording)
+    region = recording.region("aws")
     if region:
         return aws_node_price(pool["instanceType"], region, pool["spot"])
     for node_pool in recording.by_type("gcp:container/nodePool:NodePool"):
         if node_pool.name.endswith(f"-gpu-{pool['name']}"):
-            return _gcp_price(node_pool.inputs.get("nodeConfig") or {}, _gcp_region(recording))
+            return _gcp_price(node_pool.inputs.get("nodeConfig") or {}, recording.region("gcp"))
     for group in recording.by_type("gcp:compute/instanceGroupManager:InstanceGroupManager"):
         if group.name.endswith(f"-gpu-{pool['name']}-group"):
-            template = _template_of(recording, group)
-            return None if template is None else _gcp_price(template.inputs, _gcp_region(recording))
+            template = recording.instance_template(group)
+            return None if template is None else _gcp_price(template.inputs, recording.region("gcp"))
     return None
 
 
 def idle_charges(recording: Recording) -> tuple[list[Charge], list[str]]:
     """The priced charges of the stack at rest, and what bills at rest that no table prices."""
-    charges = list(_charges(recording, _aws_region(recording), _gcp_region(recording)))
+    charges = list(_charges(recording, recording.region("aws"), recording.region("gcp")))
     unpriced = Counter(UNPRICED[r.type] for r in recording.registrations if _bills_at_rest(r))
     unpriced.update({f"{c.what} (no price data)": c.count for c in charges if c.price is None})
     not_counted = [f"{n} x {what}" for what, n in sorted(unpriced.items())]
@@ -126,7 +126,7 @@ def _charges(recording: Recording, region: str, gcp_region: str) -> Iterator[Cha
         elif resource.type == "gcp:compute/instance:Instance":
             yield _node_charge(str(inputs["machineType"]), 1, _gcp_price(inputs, gcp_region))
         elif resource.type == "gcp:compute/instanceGroupManager:InstanceGroupManager":
-            template = _template_of(recording, resource)
+            template = recording.instance_template(resource)
             count = int(inputs.get("targetSize") or 0)
             if count and template is not None:
                 machine = str(template.inputs.get("machineType"))
@@ -149,21 +149,6 @@ def _gcp_price(config: dict[str, Any], region: str) -> Price | None:
     return gcp_node_price(machine, region, spot, attached)
 
 
-def _template_of(recording: Recording, group: Registration) -> Registration | None:
-    links = {
-        str(version.get("instanceTemplate")).split("?", 1)[0]
-        for version in group.inputs.get("versions") or ()
-    }
-    return next(
-        (
-            t
-            for t in recording.by_type("gcp:compute/instanceTemplate:InstanceTemplate")
-            if t.outputs.get("selfLink") in links
-        ),
-        None,
-    )
-
-
 def _group_node(recording: Recording, group: Registration) -> tuple[str, bool]:
     """A k3s Auto Scaling group's first instance type and whether it buys spot: from its launch template,
     or, with several types, from its mixed instances policy (types in order, spot when nothing is on
@@ -180,16 +165,3 @@ def _group_node(recording: Recording, group: Registration) -> tuple[str, bool]:
             market = (template.inputs.get("instanceMarketOptions") or {}).get("marketType")
             return str(template.inputs.get("instanceType")), market == "spot"
     return "?", False
-
-
-def _aws_region(recording: Recording) -> str:
-    return _provider_region(recording, "pulumi:providers:aws")
-
-
-def _gcp_region(recording: Recording) -> str:
-    return _provider_region(recording, "pulumi:providers:gcp")
-
-
-def _provider_region(recording: Recording, provider_type: str) -> str:
-    providers = recording.by_type(provider_type)
-    return str(providers[0].inputs.get("region", "")) if providers else ""

@@ -123,6 +123,19 @@ class Recording:
             raise KeyError(f"{len(matches)} resources named {name!r}")
         return matches[0]
 
+    def region(self, package: str) -> str:
+        """The region the stack's provider of `package` (aws, gcp) is configured with ("" without one)."""
+        providers = self.by_type(f"pulumi:providers:{package}")
+        return str(providers[0].inputs.get("region", "")) if providers else ""
+
+    def instance_template(self, group: Registration) -> Registration | None:
+        """The instance template a Compute Engine group's first version names (groups name it by its
+        selfLinkUnique: the template's selfLink with "?uniqueId=...")."""
+        versions = group.inputs.get("versions") or [{}]
+        link = str(versions[0].get("instanceTemplate")).split("?", 1)[0]
+        templates = self.by_type("gcp:compute/instanceTemplate:InstanceTemplate")
+        return next((t for t in templates if t.outputs.get("selfLink") == link), None)
+
     def by_urn(self, urn: str) -> Registration:
         return next(r for r in self.registrations if r.urn == urn)
 

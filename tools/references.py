@@ -52,7 +52,7 @@ class ExternalName:
 def external_names(recording: Recording) -> list[ExternalName]:
     """Every external name in the plan's resources and invokes (images in Helm releases come from their
     rendered objects: `image_names`)."""
-    region = _aws_region(recording)
+    region = recording.region("aws")
     found: list[ExternalName] = []
     for resource in recording.registrations:
         found.extend(_names_of(resource, region))
@@ -60,11 +60,6 @@ def external_names(recording: Recording) -> list[ExternalName]:
         if invoke.token == "aws:ssm/getParameter:getParameter":
             found.append(ExternalName("ssm-parameter", invoke.args["name"], f"invoke {invoke.token}"))
     return found
-
-
-def _aws_region(recording: Recording) -> str:
-    providers = recording.by_type("pulumi:providers:aws")
-    return str(providers[0].inputs.get("region", "")) if providers else ""
 
 
 def _names_of(resource: Registration, region: str) -> Iterator[ExternalName]:
@@ -144,17 +139,11 @@ def _gcp_machine_names(config: Mapping[str, Any], resource: str, zone: str) -> I
 
 def gcp_template_names(recording: Recording) -> list[ExternalName]:
     """The machine types of instance templates, in the zones of the managed groups that use them."""
-    templates = {
-        r.outputs.get("selfLink"): r
-        for r in recording.by_type("gcp:compute/instanceTemplate:InstanceTemplate")
-    }
     found: list[ExternalName] = []
     for group in recording.by_type("gcp:compute/instanceGroupManager:InstanceGroupManager"):
-        for version in group.inputs.get("versions") or ():
-            # Groups name the template by its selfLinkUnique: the selfLink with "?uniqueId=...".
-            template = templates.get(str(version.get("instanceTemplate")).split("?", 1)[0])
-            if template is not None:
-                found.extend(_gcp_machine_names(template.inputs, template.name, str(group.inputs["zone"])))
+        template = recording.instance_template(group)
+        if template is not None:
+            found.extend(_gcp_machine_names(template.inputs, template.name, str(group.inputs["zone"])))
     return found
 
 

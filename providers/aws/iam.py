@@ -175,22 +175,15 @@ def role_with_policies(
         )
         for arn in managed_policy_arns
     ]
-    if inline_policy is not None:
-        grants.append(
-            aws.iam.RolePolicy(
-                f"{name}-policy",
-                role=role.id,
-                policy=json.dumps(inline_policy),
-                opts=pulumi.ResourceOptions(parent=role),
-            )
+    inline = {"policy": inline_policy, "session-manager": SESSION_MANAGER_POLICY if session_manager else None}
+    grants += [
+        aws.iam.RolePolicy(
+            f"{name}-{suffix}",
+            role=role.id,
+            policy=json.dumps(document),
+            opts=pulumi.ResourceOptions(parent=role),
         )
-    if session_manager:
-        grants.append(
-            aws.iam.RolePolicy(
-                f"{name}-session-manager",
-                role=role.id,
-                policy=json.dumps(SESSION_MANAGER_POLICY),
-                opts=pulumi.ResourceOptions(parent=role),
-            )
-        )
+        for suffix, document in inline.items()
+        if document is not None
+    ]
     return GrantedRole(role, tuple(grants))
