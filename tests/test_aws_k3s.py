@@ -58,7 +58,7 @@ def pem_certs(text: str) -> list[x509.Certificate]:
 # --- PKI ---
 
 
-def test_admin_certificate_chains_to_the_client_ca_and_is_cluster_admin(aws_k3s):
+def test_the_deployer_certificate_chains_to_the_client_ca_and_is_in_system_masters(aws_k3s):
     user = kubeconfig(aws_k3s)["users"][0]["user"]
     admin, client_ca = pem_certs(base64.b64decode(user["client-certificate-data"]).decode())
     tls_client_ca = pem_certs(secret_payload(aws_k3s, "servers")[f"{cloudinit.TLS_DIR}/client-ca.crt"])[0]
@@ -70,6 +70,7 @@ def test_admin_certificate_chains_to_the_client_ca_and_is_cluster_admin(aws_k3s)
     assert [a.value for a in admin.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == [
         "system:masters"
     ]
+    assert admin.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "gpu-k8s-deployer"
     usages = admin.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert ExtendedKeyUsageOID.CLIENT_AUTH in usages
     assert not admin.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
@@ -77,10 +78,11 @@ def test_admin_certificate_chains_to_the_client_ca_and_is_cluster_admin(aws_k3s)
     assert key.public_key().public_numbers() == admin.public_key().public_numbers()  # type: ignore[union-attr]
 
 
-def test_admin_certificate_is_renewed_by_an_up_in_its_last_60_days_and_cas_are_not(aws_k3s):
+def test_client_certificates_are_renewed_by_an_up_in_their_last_60_days_and_cas_are_not(aws_k3s):
     signed = {r.name: r.inputs for r in aws_k3s.by_type("tls:index/locallySignedCert:LocallySignedCert")}
-    admin = signed.pop("ml-control-plane-pki-admin-cert")
-    assert (admin["validityPeriodHours"], admin["earlyRenewalHours"]) == (365 * 24, 60 * 24)
+    for client in ("admin", "deployer"):
+        cert = signed.pop(f"ml-control-plane-pki-{client}-cert")
+        assert (cert["validityPeriodHours"], cert["earlyRenewalHours"]) == (365 * 24, 60 * 24)
     assert len(signed) >= 4
     for name, ca in signed.items():
         assert "earlyRenewalHours" not in ca, name  # a renewed CA would cut every node off

@@ -147,6 +147,7 @@ _FAKE_PROVIDERS = {
     "tls:index/certRequest:CertRequest": lambda name, inputs: fake_tls.cert_request_outputs(inputs),
     "tls:index/locallySignedCert:LocallySignedCert": fake_tls.locally_signed_cert_outputs,
     "random:index/randomPassword:RandomPassword": fake_tls.random_password_outputs,
+    "random:index/randomId:RandomId": fake_tls.random_id_outputs,
 }
 
 

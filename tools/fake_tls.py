@@ -8,6 +8,7 @@ the plan produces the same output.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import hashlib
 import string
@@ -141,3 +142,14 @@ def random_password_outputs(name: str, inputs: Mapping[str, Any]) -> dict[str, A
     alphabet = string.ascii_letters + string.digits
     digest = hashlib.sha512(name.encode()).digest() * 4
     return {"result": "".join(alphabet[b % len(alphabet)] for b in digest[: int(inputs["length"])])}
+
+
+def random_id_outputs(name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """RandomId's encodings of `byteLength` bytes derived from the name (pulumi_random's output names)."""
+    raw = hashlib.sha512(name.encode()).digest()[: int(inputs["byteLength"])]
+    return {
+        "hex": raw.hex(),
+        "dec": str(int.from_bytes(raw, "big")),
+        "b64Std": base64.standard_b64encode(raw).decode(),
+        "b64Url": base64.urlsafe_b64encode(raw).decode().rstrip("="),
+    }

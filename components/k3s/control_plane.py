@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 import pulumi_random as random
 import pulumi_tls as tls
 
@@ -97,14 +98,64 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
+def _kubeconfig(
+    cluster_name: str,
+    api_host: pulumi.Input[str],
+    ca_bundle: pulumi.Input[str],
+    cert_pem: pulumi.Input[str],
+    key_pem: pulumi.Input[str],
+) -> pulumi.Output[str]:
+    return pulumi.Output.secret(
+        pulumi.Output.all(api_host, ca_bundle, cert_pem, key_pem).apply(
+            lambda parts: client_certificate_kubeconfig(
+                cluster_name,
+                f"https://{parts[0]}:{API_PORT}",
+                _b64(parts[1]),
+                _b64(parts[2]),
+                _b64(parts[3]),
+            )
+        )
+    )
+
+
+ADMIN_BINDING = "gpu-k8s-admin"
+
+
+def admin_access_binding(
+    name: str,
+    admin_user: pulumi.Input[str],
+    provider: k8s.Provider,
+    parent: pulumi.Resource,
+    after: Sequence[pulumi.Resource],
+) -> k8s.rbac.v1.ClusterRoleBinding:
+    """cluster-admin for the admin kubeconfig's user, and only for its current generation: a rotated
+    generation updates this one subject, which revokes every copy of the previous kubeconfig."""
+    return k8s.rbac.v1.ClusterRoleBinding(
+        f"{name}-admin-access",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=ADMIN_BINDING),
+        role_ref=k8s.rbac.v1.RoleRefArgs(
+            api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="cluster-admin"
+        ),
+        subjects=[
+            k8s.rbac.v1.SubjectArgs(api_group="rbac.authorization.k8s.io", kind="User", name=admin_user)
+        ],
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(after)),
+    )
+
+
 class K3sControlPlane(pulumi.ComponentResource):
     """Owns the cluster's CAs and tokens and derives what the cloud needs from them: the servers' and the
-    agents' bootstrap secrets (to store in the cloud's secret store) and the admin kubeconfig. `server_files`
+    agents' bootstrap secrets (to store in the cloud's secret store), the admin's and the deployer's
+    kubeconfigs. `server_files`
     (path: content) go into the servers' secret too: the cloud's own secrets for the servers, if any."""
 
     server_secret: pulumi.Output[str]
     agent_secret: pulumi.Output[str]
+    # For people: cluster-admin only while `admin_access_binding` names `admin_user`.
     kubeconfig: pulumi.Output[str]
+    admin_user: pulumi.Output[str]
+    # For the program's Kubernetes provider only (system:masters; see pki.py).
+    deployer_kubeconfig: pulumi.Output[str]
 
     def __init__(
         self,
@@ -127,18 +178,16 @@ class K3sControlPlane(pulumi.ComponentResource):
             ).apply(lambda parts: server_secret_payload(parts[0], parts[1], json.loads(parts[2]), parts[3]))
         )
         self.agent_secret = pulumi.Output.secret(identity.agent_token.apply(agent_secret_payload))
-        self.kubeconfig = pulumi.Output.secret(
-            pulumi.Output.all(
-                api_host, identity.server_ca_bundle, identity.admin_cert_pem, identity.admin_key_pem
-            ).apply(
-                lambda parts: client_certificate_kubeconfig(
-                    cluster_name,
-                    f"https://{parts[0]}:{API_PORT}",
-                    _b64(parts[1]),
-                    _b64(parts[2]),
-                    _b64(parts[3]),
-                )
-            )
+        self.kubeconfig = _kubeconfig(
+            cluster_name, api_host, identity.server_ca_bundle, identity.admin_cert_pem, identity.admin_key_pem
         )
+        self.deployer_kubeconfig = _kubeconfig(
+            cluster_name,
+            api_host,
+            identity.server_ca_bundle,
+            identity.deployer_cert_pem,
+            identity.deployer_key_pem,
+        )
+        self.admin_user = identity.admin_user
         self.root_cert_pem = identity.root_cert_pem
         self.register_outputs({"rootCertPem": self.root_cert_pem})

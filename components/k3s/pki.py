@@ -1,9 +1,17 @@
-"""The cluster's certificate authorities, admin credential and join tokens, made by the program.
+"""The cluster's certificate authorities, client credentials and join tokens, made by the program.
 
 k3s skips generating its CAs when they exist before the first server starts (k3s docs, cli/certificate.md).
 Making them here lets the program know, before any server runs, everything a client needs: the join token
-in its secure `K10<root CA hash>::<credentials>` form and an admin kubeconfig. Every private key, the token
-secrets and the kubeconfig are Pulumi secrets.
+in its secure `K10<root CA hash>::<credentials>` form and the kubeconfigs. Every private key, the token
+secrets and the kubeconfigs are Pulumi secrets.
+
+Two client certificates, because a certificate cannot be revoked (Kubernetes has no CRL):
+- the deployer's, in `system:masters`, which only the program's Kubernetes provider uses. It lives in the
+  stack's state next to the CA keys, so it exposes nothing the state does not already;
+- the admin's, the `kubeconfig` people copy to laptops and CI. Its user name carries a generation and holds
+  cluster-admin only through a ClusterRoleBinding the program keeps (`admin_access_binding`): replacing the
+  generation (stacks/K3S.md, "Rotate the admin kubeconfig") moves the binding to a new name, and every copy
+  of the old kubeconfig loses all access at once.
 """
 
 from __future__ import annotations
@@ -24,15 +32,19 @@ KEY_ALGORITHM = "ECDSA"
 KEY_CURVE = "P256"
 CA_VALIDITY_HOURS = 10 * 365 * 24
 ADMIN_VALIDITY_HOURS = 365 * 24
-# Any `pulumi up` in the admin certificate's last 60 days replaces it (pulumi_tls early_renewal_hours), so a
-# stack applied at least every ten months never holds an expired kubeconfig. The old one stays valid until
-# it expires: certificates cannot be revoked.
+# Any `pulumi up` in a client certificate's last 60 days replaces it (pulumi_tls early_renewal_hours), so a
+# stack applied at least every ten months never holds an expired kubeconfig. The renewed admin certificate
+# keeps its user name, so the old one stays valid until it expires; rotating the generation revokes it.
 ADMIN_EARLY_RENEWAL_HOURS = 60 * 24
 CA_USES = ("cert_signing", "crl_signing", "digital_signature")
 CLIENT_USES = ("client_auth", "digital_signature", "key_encipherment")
-# The group Kubernetes maps to cluster-admin; k3s's own admin certificate carries it (deps.go genClientCerts).
-ADMIN_GROUP = "system:masters"
-ADMIN_USER = "gpu-k8s-admin"
+# The group Kubernetes maps to cluster-admin whatever RBAC says; k3s's own admin certificate carries it
+# (deps.go genClientCerts). Only the deployer's certificate does here.
+DEPLOYER_GROUP = "system:masters"
+DEPLOYER_USER = "gpu-k8s-deployer"
+# The admin's user name is this prefix and a generation: 8 hex digits of a random.RandomId.
+ADMIN_USER_PREFIX = "gpu-k8s-admin-"
+ADMIN_GENERATION_BYTES = 4
 TOKEN_SECRET_LENGTH = 48
 
 # The CA files k3s reads from <data-dir>/server/tls when they exist before its first start, by the name
@@ -71,7 +83,7 @@ def server_tls_files(
 
 @dataclass(frozen=True)
 class Subject:
-    common_name: str
+    common_name: pulumi.Input[str]
     organization: str | None = None
 
 
@@ -87,6 +99,9 @@ class ClusterIdentity:
 
     root_cert_pem: pulumi.Output[str]
     server_ca_bundle: pulumi.Output[str]
+    deployer_cert_pem: pulumi.Output[str]
+    deployer_key_pem: pulumi.Output[str]
+    admin_user: pulumi.Output[str]
     admin_cert_pem: pulumi.Output[str]
     admin_key_pem: pulumi.Output[str]
     server_token: pulumi.Output[str]
@@ -96,8 +111,8 @@ class ClusterIdentity:
 
 
 class K3sPki(pulumi.ComponentResource):
-    """A root CA, the five CAs k3s signs with, the service-account key, an admin client certificate and
-    the server and agent join tokens."""
+    """A root CA, the five CAs k3s signs with, the service-account key, the deployer's and the admin's
+    client certificates and the server and agent join tokens."""
 
     identity: ClusterIdentity
 
@@ -129,13 +144,21 @@ class K3sPki(pulumi.ComponentResource):
                 is_ca=True,
             )
         service_key = self._key(f"{name}-service-account")
+        client_ca = Issuer(leaf_certs["client-ca"], leaf_keys["client-ca"])
+        deployer_key = self._key(f"{name}-deployer")
+        deployer_cert = self._signed(
+            f"{name}-deployer-cert",
+            deployer_key,
+            Subject(DEPLOYER_USER, DEPLOYER_GROUP),
+            client_ca,
+            is_ca=False,
+        )
+        admin_user = random.RandomId(
+            f"{name}-admin-generation", byte_length=ADMIN_GENERATION_BYTES, opts=child
+        ).hex.apply(lambda generation: f"{ADMIN_USER_PREFIX}{generation}")
         admin_key = self._key(f"{name}-admin")
         admin_cert = self._signed(
-            f"{name}-admin-cert",
-            admin_key,
-            Subject(ADMIN_USER, ADMIN_GROUP),
-            Issuer(leaf_certs["client-ca"], leaf_keys["client-ca"]),
-            is_ca=False,
+            f"{name}-admin-cert", admin_key, Subject(admin_user), client_ca, is_ca=False
         )
         server_secret, agent_secret = (
             random.RandomPassword(
@@ -147,6 +170,9 @@ class K3sPki(pulumi.ComponentResource):
         self.identity = ClusterIdentity(
             root_cert_pem=root_pem,
             server_ca_bundle=pulumi.Output.concat(leaf_certs["server-ca"], root_pem),
+            deployer_cert_pem=pulumi.Output.concat(deployer_cert, leaf_certs["client-ca"]),
+            deployer_key_pem=pulumi.Output.secret(deployer_key.private_key_pem),
+            admin_user=admin_user,
             admin_cert_pem=pulumi.Output.concat(admin_cert, leaf_certs["client-ca"]),
             admin_key_pem=pulumi.Output.secret(admin_key.private_key_pem),
             server_token=pulumi.Output.secret(

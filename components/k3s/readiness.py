@@ -3,7 +3,7 @@
 pulumi-kubernetes decides at configure time whether a cluster is reachable; a provider configured from a
 kubeconfig that resolves before any k3s server runs marks the cluster unreachable and refuses every Helm
 release and object of the first `pulumi up` (pulumi/pulumi-kubernetes#1794). `ApiReadinessGate` passes the
-kubeconfig through only once `GET /readyz` answers 200 to the admin certificate, through the same endpoint
+kubeconfig through only once `GET /readyz` answers 200 to its client certificate, through the same endpoint
 the provider will use. It is a Pulumi dynamic resource: it runs in the Pulumi CLI's own Python host, needs no
 extra binary, and does nothing in a preview (the engine creates nothing then).
 """
@@ -42,7 +42,7 @@ def _tls_context(cluster: dict[str, Any], user: dict[str, Any], workdir: Path) -
     context = ssl.create_default_context(
         cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
     )
-    cert, key = workdir / "admin.crt", workdir / "admin.key"
+    cert, key = workdir / "client.crt", workdir / "client.key"
     cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
     key.touch(mode=0o600)
     key.write_bytes(base64.b64decode(user["client-key-data"]))

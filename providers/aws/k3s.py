@@ -43,6 +43,7 @@ from gpu_k8s.components.k3s.cloudinit import (
 )
 from gpu_k8s.components.k3s.control_plane import (
     K3sControlPlane,
+    admin_access_binding,
     agent_taints,
     k3s_traits,
     server_user_data,
@@ -582,7 +583,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
             *(registration.ready if registration is not None else ()),
         ]
         k8s_provider = gated_kubernetes_provider(
-            name, control_plane.kubeconfig, control_plane.root_cert_pem, servers_reachable, self
+            name, control_plane.deployer_kubeconfig, control_plane.root_cert_pem, servers_reachable, self
         )
         # Every node waits, tainted, for the cloud controller manager to initialise it: it goes first.
         cloud_controller = helm_release(
@@ -599,6 +600,9 @@ class AwsK3sCluster(pulumi.ComponentResource):
             depends_on=[*servers_reachable, server_ccm],
         )
         system_ready: list[pulumi.Resource] = [*servers_reachable, cloud_controller]
+        system_ready.append(
+            admin_access_binding(name, control_plane.admin_user, k8s_provider, self, system_ready)
+        )
         ebs_csi = helm_release(
             f"{name}-ebs-csi",
             chart=EBS_CSI_CHART,

@@ -35,6 +35,7 @@ from gpu_k8s.components.k3s.cloudinit import API_PORT, AgentNode, SnapshotStore,
 from gpu_k8s.components.k3s.control_plane import (
     AUTOSCALER_ON_HOST_NETWORK,
     K3sControlPlane,
+    admin_access_binding,
     agent_taints,
     k3s_traits,
     server_user_data,
@@ -404,7 +405,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
 
         servers_reachable: list[pulumi.Resource] = [*servers, *forwarding]
         k8s_provider = gated_kubernetes_provider(
-            name, control_plane.kubeconfig, control_plane.root_cert_pem, servers_reachable, self
+            name, control_plane.deployer_kubeconfig, control_plane.root_cert_pem, servers_reachable, self
         )
         # Every node waits, tainted, for the cloud controller manager to initialise it: it goes first.
         cloud_controller = GceCloudController(
@@ -415,6 +416,9 @@ class GcpK3sCluster(pulumi.ComponentResource):
             opts=child,
         )
         system_ready: list[pulumi.Resource] = [*servers_reachable, *cloud_controller.objects]
+        system_ready.append(
+            admin_access_binding(name, control_plane.admin_user, k8s_provider, self, system_ready)
+        )
         pd_manifests = pd_csi_manifests({POOL_LABEL: SYSTEM_POOL_NAME}, args.traits.system_tolerations)
         pd_csi_namespace = next(m for m in pd_manifests if m["kind"] == "Namespace")["metadata"]["name"]
         pd_csi = PdCsiDriver(
