@@ -250,8 +250,10 @@ def test_servers_are_private_imdsv2_encrypted_with_stable_addresses(aws_k3s):
         assert inputs["networkInterfaces"] == [{"networkInterfaceId": interface.id, "deviceIndex": 0}]
         # First-boot data: a change must not stop and start every server (upgrades go in place).
         assert server.options["ignoreChanges"] == ["ami", "userData"]
-        assert inputs["metadataOptions"]["httpPutResponseHopLimit"] == 2
+        # No pod gets an IMDSv2 token: the add-ons that use the role run on the host network.
+        assert inputs["metadataOptions"]["httpPutResponseHopLimit"] == 1
         files = user_data_files(inputs["userData"])
+        assert cloudinit.POD_METADATA_BLOCK_FILE in files
         config = yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])
         # The names the kubeconfig and the agents reach the API by are in every server's certificate.
         registration = aws_k3s.by_name("ml-registration").outputs["dnsName"]
@@ -753,3 +755,18 @@ def test_the_cloud_controller_may_make_load_balancers_and_only_elb_its_service_r
     assert statements["LoadBalancerServiceRole"]["Condition"] == {
         "StringEquals": {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"}
     }
+
+
+def test_every_instance_carries_the_cluster_tag_the_cloud_controller_needs(aws_k3s):
+    """cloud-provider-aws (v1.35.2, pkg/providers/v1/tags.go) takes its cluster ID from its own instance's
+    `kubernetes.io/cluster/<id>` tag and refuses to start without one; its load balancers take only
+    instances with the tag as targets (aws.go describeInstances). So servers and agents all carry it."""
+    tag = {"kubernetes.io/cluster/ml": "owned"}
+    servers = aws_k3s.by_type("aws:ec2/instance:Instance")
+    templates = aws_k3s.by_type("aws:ec2/launchTemplate:LaunchTemplate")
+    assert len(servers) == 3 and len(templates) >= 2
+    for server in servers:
+        assert tag.items() <= server.inputs["tags"].items(), server.name
+    for template in templates:
+        (instance,) = [t for t in template.inputs["tagSpecifications"] if t["resourceType"] == "instance"]
+        assert tag.items() <= instance["tags"].items(), template.name

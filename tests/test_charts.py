@@ -715,14 +715,14 @@ def test_the_efa_device_plugin_runs_on_tainted_gpu_nodes_with_efa(rendered, plan
 
 
 def test_the_efs_controller_runs_on_the_k3s_servers_and_its_node_plugin_everywhere(rendered):
-    """The controller needs the servers' instance role (agents' pods reach no instance metadata); the node
+    """The controller needs the servers' instance role, which only the host network reaches; the node
     plugin mounts on every node, GPU agents with their taints included, on the host network."""
     release = rendered["aws_k3s", "aws-efs-csi-driver"]
     (controller,) = release.of_kind("Deployment")
     pod = controller["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"kubernetes.io/os": "linux", "gpu-k8s.io/pool": "system"}
     assert {"key": "CriticalAddonsOnly", "operator": "Exists"} in pod["tolerations"]
-    assert not pod.get("hostNetwork")
+    assert pod["hostNetwork"] is True
     (node,) = release.of_kind("DaemonSet")
     node_pod = node["spec"]["template"]["spec"]
     assert {"operator": "Exists"} in node_pod["tolerations"]

@@ -43,8 +43,11 @@ OPEN_MAPS = {
     ("nodeSelector",),
     ("controller", "nodeSelector"),
     ("daemonsetNodeSelector",),
-    # cluster-autoscaler: a Deployment's `strategy` (templates/deployment.yaml).
+    # cluster-autoscaler: a Deployment's `strategy` (templates/deployment.yaml); the EBS and EFS CSI
+    # controllers' strategy and its rollingUpdate (templates/controller.yaml, controller-deployment.yaml).
     ("updateStrategy",),
+    ("controller", "updateStrategy"),
+    ("controller", "rollingUpdate"),
 }
 # Cluster-autoscaler flags documented in its FAQ ("What are the parameters to CA?"), REFERENCE.md 5.2.
 AUTOSCALER_FLAGS = {
@@ -84,6 +87,9 @@ def unknown_values(ours: Any, theirs: Any, path: tuple[str, ...] = ()) -> list[s
             else:
                 problems += unknown_values(value, theirs[key], (*path, key))
         return problems
+    # Pulumi sends every number as a double: a whole one is the chart's int.
+    if isinstance(ours, float) and ours.is_integer() and type(theirs) is int:
+        return []
     if theirs is not None and not isinstance(ours, type(theirs)) and not isinstance(theirs, str):
         return [".".join(path) + f" ({type(ours).__name__} where the chart has {type(theirs).__name__})"]
     return []
@@ -96,6 +102,9 @@ def test_unknown_values_catches_typos():
         "driver.enabled (str where the chart has bool)"
     ]
     assert unknown_values({"driver": {"enabled": False}, "extraArgs": {"x": 1}}, chart) == []
+    counted = {"replicaCount": 2}
+    assert unknown_values({"replicaCount": 1.0}, counted) == []
+    assert unknown_values({"replicaCount": 1.5}, counted) == ["replicaCount (float where the chart has int)"]
 
 
 def release_values(aws_eks, name: str) -> dict[str, Any]:
@@ -174,12 +183,15 @@ KUEUE_CRDS = sorted((REPO_ROOT / "upstream" / "kueue" / KUEUE_CHART_VERSION / "c
 
 
 def kubernetes_objects(*recordings) -> list[dict[str, Any]]:
-    """Every Kubernetes object the stacks register directly (Helm releases are checked by their values)."""
+    """Every Kubernetes object the stacks register directly (Helm releases are checked by their values, and
+    patches merged into what they patch: tests/test_server_admission.py)."""
     objects = [
         r.inputs
         for recording in recordings
         for r in recording.registrations
-        if r.type.startswith("kubernetes:") and r.type != "kubernetes:helm.sh/v3:Release"
+        if r.type.startswith("kubernetes:")
+        and r.type != "kubernetes:helm.sh/v3:Release"
+        and not r.type.endswith("Patch")
     ]
     return [*objects, default_storage_class_manifest()]
 

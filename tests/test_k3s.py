@@ -66,7 +66,6 @@ AGENT = AgentNode(
 GCE_SERVER = ServerNode(
     **{
         **SERVER.__dict__,
-        "block_pod_metadata": True,
         "tls_sans": ["34.118.7.21"],
         "secret_name": "projects/demo/secrets/ml-k3s-servers",
         "snapshots": SnapshotStore(

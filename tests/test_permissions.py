@@ -122,9 +122,8 @@ def test_pd_csi_custom_role_is_upstreams_four_permissions(gcp_k3s: Recording):
 def test_aws_nodes_require_imdsv2_with_the_intended_hop_limit(
     aws_eks: Recording, mixed_sharing: Recording, aws_k3s: Recording
 ):
-    """Every launch template and instance: IMDSv2 only. Hop limit 2 only where pods without host networking
-    must reach the metadata service (k3s servers, where the EBS CSI controller and the autoscaler use the
-    instance role); 1 on EKS nodes and k3s GPU agents, so their pods cannot."""
+    """Every launch template and instance: IMDSv2 only, hop limit 1, so no pod without host networking gets
+    a token: EKS nodes, k3s GPU agents and k3s servers (whose add-ons that use the role run on the host)."""
     counts = {}
     for recording in (aws_eks, mixed_sharing, aws_k3s):
         nodes = [
@@ -133,11 +132,10 @@ def test_aws_nodes_require_imdsv2_with_the_intended_hop_limit(
         ]
         counts[recording.stack] = len(nodes)
         for node in nodes:
-            hops = 2 if recording.stack == "aws-k3s" and not node.name.startswith("ml-gpu-") else 1
             assert node.inputs["metadataOptions"] == {
                 "httpEndpoint": "enabled",
                 "httpTokens": "required",
-                "httpPutResponseHopLimit": hops,
+                "httpPutResponseHopLimit": 1,
             }, node.name
     # EKS: a template per pool (five GPU pools, the system pool; the mixed-sharing variant has four GPU
     # pools); aws-k3s: two GPU pools, three servers.

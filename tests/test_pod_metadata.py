@@ -1,4 +1,4 @@
-"""Pods on a GPU agent, and on a gcp-k3s server, cannot reach instance metadata; the node can. Run for
+"""Pods on a GPU agent, and on a k3s server, cannot reach instance metadata; the node can. Run for
 real: the rendered rule script on a node made of network namespaces (a pod behind a veth on the pod
 network, instance metadata in a "cloud" namespace the node routes to), before and after, twice. Needs root
 (namespaces)."""
@@ -80,7 +80,7 @@ def run_node(block_script: str, workdir: Path) -> dict[str, str]:
     return facts
 
 
-@pytest.mark.parametrize("golden", ["aws-agent.yaml", "gce-server.yaml"])
+@pytest.mark.parametrize("golden", ["aws-agent.yaml", "aws-server.yaml", "gce-server.yaml"])
 def test_the_rule_refuses_metadata_to_pods_and_keeps_it_for_the_node(tmp_path, golden):
     facts = run_node(user_data_files(RENDERED[golden]())[cloudinit.POD_METADATA_BLOCK_FILE], tmp_path)
     assert (facts["before.pod"], facts["before.node"]) == ("200", "200")
@@ -94,21 +94,18 @@ def test_the_node_check_would_see_a_rule_that_does_not_hold(tmp_path):
     assert facts["after.pod"] == "200"
 
 
-def test_every_agent_and_gce_server_applies_the_rule_before_k3s_starts_and_networkd_keeps_it():
-    for golden, unit in (
-        ("aws-agent.yaml", cloudinit.AGENT_UNIT_DROP_IN),
-        ("gce-spot-agent.yaml", cloudinit.AGENT_UNIT_DROP_IN),
-        ("gce-server.yaml", cloudinit.SERVER_UNIT_DROP_IN),
-    ):
+def test_every_agent_and_server_applies_the_rule_before_k3s_starts_and_networkd_keeps_it():
+    goldens = {
+        "aws-agent.yaml": cloudinit.AGENT_UNIT_DROP_IN,
+        "gce-spot-agent.yaml": cloudinit.AGENT_UNIT_DROP_IN,
+        "aws-server.yaml": cloudinit.SERVER_UNIT_DROP_IN,
+        "aws-joining-server.yaml": cloudinit.SERVER_UNIT_DROP_IN,
+        "aws-single-server.yaml": cloudinit.SERVER_UNIT_DROP_IN,
+        "gce-server.yaml": cloudinit.SERVER_UNIT_DROP_IN,
+    }
+    for golden, unit in goldens.items():
         files = user_data_files(RENDERED[golden]())
         assert files[unit] == f"[Service]\nExecStartPre={cloudinit.POD_METADATA_BLOCK_FILE}\n"
         assert "ManageForeignRoutingPolicyRules=no" in files[cloudinit.NETWORKD_DROP_IN].splitlines()
         entries = {f["path"]: f for f in yaml.safe_load(RENDERED[golden]())["write_files"]}
         assert entries[cloudinit.POD_METADATA_BLOCK_FILE]["permissions"] == "0700"
-
-
-def test_aws_servers_keep_metadata_for_pods_and_say_why():
-    """The EBS CSI controller uses the servers' role from the pod network (its chart has no host-network
-    option): on aws-k3s the admission policy, not this rule, keeps other pods off the servers."""
-    files = user_data_files(RENDERED["aws-server.yaml"]())
-    assert cloudinit.POD_METADATA_BLOCK_FILE not in files and cloudinit.SERVER_UNIT_DROP_IN not in files

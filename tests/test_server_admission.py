@@ -10,12 +10,14 @@ import copy
 from typing import Any
 
 import celpy
+import kubernetes_validate
 import pytest
 
 from gpu_k8s.components.k3s.admission import POLICY_NAME, server_pod_policy
 from gpu_k8s.components.k3s.cloudinit import SERVER_TAINT
 from gpu_k8s.tools.engine import Recording, run_program
 from tests.conftest import some
+from tests.test_charts import tolerates
 
 POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
 BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
@@ -226,10 +228,94 @@ def test_on_gcp_k3s_the_add_ons_that_use_the_servers_identity_run_on_the_host_ne
     assert controller["spec"]["strategy"] == {"type": "Recreate"}
 
 
-def test_on_aws_k3s_the_autoscaler_keeps_the_pod_network(rendered):
-    """aws-k3s servers keep metadata reachable from pods (the EBS CSI controller needs it), so the
-    autoscaler needs no host port there."""
-    (autoscaler,) = [
-        o for o in rendered["aws_k3s", "cluster-autoscaler"].objects if o["kind"] == "Deployment"
+def patched_pod_spec(recording: Recording, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """A rendered Deployment's pod spec with the plan's DeploymentPatches for it applied (one level deep:
+    the patches here set scalar fields of the pod spec)."""
+    spec = dict(obj["spec"]["template"]["spec"])
+    for patch in recording.by_type("kubernetes:apps/v1:DeploymentPatch"):
+        meta = patch.inputs["metadata"]
+        if (meta["name"], meta.get("namespace")) == (obj["metadata"]["name"], namespace):
+            spec.update(patch.inputs["spec"]["template"]["spec"])
+    return spec
+
+
+def test_on_aws_k3s_the_add_ons_that_use_the_servers_role_run_on_the_host_network(aws_k3s, rendered):
+    """aws-k3s servers refuse instance metadata to pods too (hop limit 1 and the pod-metadata rule): the
+    cloud controller, both CSI controllers and the cluster-autoscaler reach the servers' role from the
+    host. The EBS controller gets there through a patch of the chart's Deployment."""
+    specs = {}
+    for chart, kind, name in (
+        ("aws-cloud-controller-manager", "DaemonSet", "aws-cloud-controller-manager"),
+        ("aws-ebs-csi-driver", "Deployment", "ebs-csi-controller"),
+        ("aws-efs-csi-driver", "Deployment", "efs-csi-controller"),
+        ("cluster-autoscaler", "Deployment", None),
+    ):
+        release = rendered["aws_k3s", chart]
+        (obj,) = [o for o in release.of_kind(kind) if name in (None, o["metadata"]["name"])]
+        specs[chart] = patched_pod_spec(aws_k3s, obj, release.ref.namespace)
+    assert {chart: spec.get("hostNetwork") for chart, spec in specs.items()} == dict.fromkeys(specs, True)
+    # The patch names the chart's Deployment in the release's namespace, or it would fail at `up`; what
+    # the API server then holds is a valid Deployment.
+    (patch,) = aws_k3s.by_type("kubernetes:apps/v1:DeploymentPatch")
+    assert patch.dependencies == [aws_k3s.by_name("ml-ebs-csi").urn]
+    release = rendered["aws_k3s", "aws-ebs-csi-driver"]
+    (controller,) = [
+        o for o in release.of_kind("Deployment") if o["metadata"]["name"] == "ebs-csi-controller"
     ]
-    assert "hostNetwork" not in autoscaler["spec"]["template"]["spec"]
+    patched = copy.deepcopy(controller)
+    patched["spec"]["template"]["spec"] = patched_pod_spec(aws_k3s, controller, release.ref.namespace)
+    kubernetes_validate.validate(patched, "1.36.0", strict=True)
+
+
+def host_ports(spec: dict[str, Any]) -> set[int]:
+    """The ports a host-network pod takes on its node (the API defaults hostPort to containerPort)."""
+    return {
+        port["containerPort"]
+        for container in spec["containers"]
+        for port in container.get("ports") or []
+        if port.get("protocol", "TCP") == "TCP"
+    }
+
+
+# What k3s itself listens on, on a server's host network (k3s docs, "Networking: inbound rules" and the
+# components' default ports): API 6443 (and its internal 6444), kubelet 10250 and healthz 10248, kube-proxy
+# metrics 10249 and health 10256, controller-manager 10257, scheduler 10259, etcd 2379-2381.
+K3S_SERVER_PORTS = {6443, 6444, 10248, 10249, 10250, 10256, 10257, 10259, 2379, 2380, 2381}
+
+
+@pytest.mark.parametrize("plan", ["aws_k3s", "gcp_k3s"])
+def test_host_network_add_ons_on_the_servers_share_no_port_and_fit_one_per_server(plan, request, rendered):
+    """Host-network pods on a server take host ports: two add-ons on one port, or on one of k3s's, would
+    crash-loop; more replicas than servers would stay pending; a surge would have nowhere to start."""
+    recording: Recording = request.getfixturevalue(plan)
+    servers = len(
+        recording.by_type("aws:ec2/instance:Instance") or recording.by_type("gcp:compute/instance:Instance")
+    )
+    workloads = []
+    for (name, chart), release in rendered.items():
+        if name != plan:
+            continue
+        for obj in release.objects:
+            if obj["kind"] in ("Deployment", "DaemonSet"):
+                spec = patched_pod_spec(recording, obj, release.ref.namespace)
+                workloads.append((f"{chart}/{obj['metadata']['name']}", obj, spec))
+    for resource in recording.registrations:
+        if resource.type in ("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:DaemonSet"):
+            obj = {"kind": resource.type.rsplit(":", 1)[-1], **resource.inputs}
+            workloads.append((resource.name, obj, obj["spec"]["template"]["spec"]))
+    on_servers = [
+        (what, obj, spec)
+        for what, obj, spec in workloads
+        if spec.get("hostNetwork") and tolerates(spec, "CriticalAddonsOnly", "NoExecute")
+    ]
+    assert some(on_servers, 3)
+    taken: dict[int, str] = {}
+    for what, obj, spec in on_servers:
+        for port in host_ports(spec):
+            assert port not in K3S_SERVER_PORTS, (what, port)
+            assert taken.setdefault(port, what) == what, (what, taken[port], port)
+        if obj["kind"] == "Deployment":
+            assert obj["spec"].get("replicas", 1) <= servers, what
+            strategy = obj["spec"].get("strategy") or {}
+            surge = (strategy.get("rollingUpdate") or {}).get("maxSurge", "25%")
+            assert strategy.get("type") == "Recreate" or surge == 0, what

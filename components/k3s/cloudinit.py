@@ -45,9 +45,9 @@ SERVER_TAINT = TaintSpec(key="CriticalAddonsOnly", value="true", effect="NoExecu
 # "Kubelet configuration": the recommended way, k3s >= 1.32).
 KUBELET_CONFIG_DROP_IN = f"{DATA_DIR}/agent/etc/kubelet.conf.d/20-gpu-k8s.conf"
 BOOTSTRAP_FILE = f"{LIB_DIR}/bootstrap.sh"
-# Pods on GPU agents (and on gcp-k3s servers) reach no instance metadata, where the node's cloud credentials
-# are; the node itself and host-network pods (the termination handler, CSI node plugins, on servers the
-# cloud controller, the CSI controller and the cluster-autoscaler) keep it. A policy-routing rule refuses what
+# Pods on any k3s node reach no instance metadata, where the node's cloud credentials are; the node itself
+# and host-network pods (the termination handler, CSI node plugins, on servers the cloud controller, the CSI
+# controllers and the cluster-autoscaler) keep it. A policy-routing rule refuses what
 # comes from the pod network (k3s's default cluster-cidr) for the metadata address. It is applied before
 # every start of k3s (a drop-in of the unit the install script writes), and systemd-networkd is told to
 # leave rules it did not make alone (networkd.conf ManageForeignRoutingPolicyRules, systemd >= 249).
@@ -173,11 +173,6 @@ class ServerNode:
     external_cloud_provider: bool = False
     # Files the cloud's own add-ons read from the server (path: content), e.g. a cloud config; no secrets.
     extra_files: Mapping[str, str] = field(default_factory=dict)
-    # Pods on the server reach no instance metadata (as on agents). Only where every add-on on the servers
-    # that uses their cloud identity runs on the host network (gcp-k3s); aws-k3s's EBS CSI controller uses
-    # it from the pod network (its chart has no host-network option), so there the admission policy alone
-    # keeps other pods off the servers.
-    block_pod_metadata: bool = False
 
 
 # Where the kubelet looks for image credential providers and their configuration (the k3s defaults of
@@ -533,7 +528,7 @@ def server_cloud_config(node: ServerNode, bootstrap: NodeBootstrap) -> str:
             _file(AUDIT_POLICY_FILE, _yaml(audit_policy())),
             _file(ADMISSION_CONFIG_FILE, _yaml(admission_config(node.pod_security, node.exempt_namespaces))),
             *(_file(path, content, "0644") for path, content in sorted(node.extra_files.items())),
-            *(_pod_metadata_block(SERVER_UNIT_DROP_IN) if node.block_pod_metadata else ()),
+            *_pod_metadata_block(SERVER_UNIT_DROP_IN),
         ]
     )
 

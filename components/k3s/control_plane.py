@@ -32,8 +32,8 @@ from gpu_k8s.components.k3s.settings import K3sClusterSpec
 from gpu_k8s.components.kubeconfig import client_certificate_kubeconfig
 
 CONTAINERD_SOCKET = "/run/k3s/containerd/containerd.sock"
-# Where servers refuse instance metadata to pods (gcp-k3s), the cluster-autoscaler, which runs there with
-# their cloud identity, uses the host network (hostNetwork pods resolve with the host's DNS under the chart's
+# Servers refuse instance metadata to pods, so the cluster-autoscaler, which runs there with their cloud
+# identity, uses the host network (hostNetwork pods resolve with the host's DNS under the chart's
 # ClusterFirst, which reaches the cloud's APIs). Its port (8085) then is a host port: a rolling update would
 # start the new pod beside the old one, which one server cannot place, so the old pod goes first.
 AUTOSCALER_ON_HOST_NETWORK = {"hostNetwork": True, "updateStrategy": {"type": "Recreate"}}
@@ -66,7 +66,6 @@ def server_user_data(
     bootstrap: NodeBootstrap,
     external_cloud_provider: bool,
     extra_files: pulumi.Input[dict[str, str]] | None = None,
-    block_pod_metadata: bool = False,
 ) -> pulumi.Output[str]:
     """One server's cloud-config, once the names it is reached by, its peers' addresses and its snapshot
     bucket are known."""
@@ -85,7 +84,6 @@ def server_user_data(
             pod_security=spec.k3s.pod_security,
             external_cloud_provider=external_cloud_provider,
             extra_files=files,
-            block_pod_metadata=block_pod_metadata,
         )
         return server_cloud_config(node, bootstrap)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
+import pulumi_kubernetes as k8s
 
 from gpu_k8s.components.autoscaler import (
     SYSTEM_POOL_NAME,
@@ -42,6 +43,7 @@ from gpu_k8s.components.k3s.cloudinit import (
     agent_cloud_config,
 )
 from gpu_k8s.components.k3s.control_plane import (
+    AUTOSCALER_ON_HOST_NETWORK,
     K3sControlPlane,
     admin_access_binding,
     agent_taints,
@@ -113,14 +115,17 @@ UBUNTU_ROOT_DEVICE = "/dev/sda1"
 # path, unlike V1 under service-role/ (AWS managed policy reference; moto's copy of the managed-policy list,
 # checked by tests/test_references.py).
 SERVER_POLICIES = (f"{MANAGED}AmazonEBSCSIDriverPolicyV2",)
-# Servers: hop limit 2, so the add-ons there that use the instance role without host networking (the EBS
-# and EFS CSI controllers, the cluster-autoscaler) reach IMDS. Agents: 1, so no pod on a GPU node reaches
-# IMDS (the termination handler uses host networking; the EBS node plugin reads its node from Kubernetes).
-SERVER_IMDS_HOP_LIMIT = 2
-AGENT_IMDS_HOP_LIMIT = 1
+# Hop limit 1 on every node: an IMDSv2 token answer does not survive the hop into a pod's network namespace,
+# so only the node and host-network pods reach IMDS (on servers the cloud controller, the EBS and EFS CSI
+# controllers and the cluster-autoscaler; on agents the termination handler; the EBS node plugin reads its
+# node from Kubernetes). The pod-metadata rule of every node's user data refuses the rest too.
+IMDS_HOP_LIMIT = 1
 EBS_CSI_CHART = "aws-ebs-csi-driver"
 EBS_CSI_CHART_VERSION = "2.64.0"
 EBS_CSI_REPO = "https://kubernetes-sigs.github.io/aws-ebs-csi-driver"
+# The chart's controller Deployment (templates/controller.yaml) and its default replica count (values.yaml).
+EBS_CONTROLLER = "ebs-csi-controller"
+EBS_CONTROLLER_REPLICAS = 2
 NTH_CHART = "aws-node-termination-handler"
 NTH_CHART_VERSION = "0.27.6"
 # Published only as an OCI artifact since 2024 (the chart's README at v1.25.6); aws/eks-charts' index stops
@@ -203,6 +208,17 @@ CCM_LOAD_BALANCER_ACTIONS = (
 # With more than one group on an instance, the service controller opens the one tagged with the cluster
 # (cloud-provider-aws findSecurityGroupForInstance): every node's `nodes` group carries it.
 CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
+
+
+def instance_cluster_tag(cluster_name: str) -> dict[str, str]:
+    """The tag every server and agent instance carries for the AWS cloud controller manager. Without a cloud
+    config it takes the cluster's ID from its own instance's `kubernetes.io/cluster/<id>` tag and exits when
+    there is none ("AWS cloud failed to find ClusterID"), and it puts only instances with that tag behind
+    a Service's load balancer (kubernetes/cloud-provider-aws v1.35.2, 1c494fb: pkg/providers/v1/aws.go
+    newAWSCloud2 -> tags.go initFromTags and init; aws.go describeInstances filters on hasClusterTag)."""
+    return {f"{CLUSTER_TAG_PREFIX}{cluster_name}": "owned"}
+
+
 UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 FLANNEL_VXLAN_PORT = 8472
@@ -306,13 +322,41 @@ def server_placement(spec: Ec2K3sClusterSpec) -> tuple[str, list[str]]:
     ]
 
 
-def ebs_csi_values(region: str) -> dict[str, object]:
+def ebs_csi_values(region: str, servers: int) -> dict[str, object]:
     """The controller runs on the servers and knows its region without asking instance metadata; the node
-    plugin takes its node's zone and instance type from the Node object (agents keep IMDS from pods)."""
+    plugin takes its node's zone and instance type from the Node object (no pod reaches IMDS).
+
+    The controller moves to the host network (`ebs_controller_on_host_network`), where its health port
+    (9808) is a host port: one replica per server, at most the chart's two, and a rollout replaces a pod
+    before it starts another (the chart's maxUnavailable 1, with no surge)."""
     return {
-        "controller": {"region": region, "nodeSelector": {POOL_LABEL: SYSTEM_POOL_NAME}},
+        "controller": {
+            "region": region,
+            "nodeSelector": {POOL_LABEL: SYSTEM_POOL_NAME},
+            "replicaCount": min(EBS_CONTROLLER_REPLICAS, servers),
+            "updateStrategy": {"rollingUpdate": {"maxSurge": 0}},
+        },
         "node": {"metadataSources": "kubernetes"},
     }
+
+
+def ebs_controller_on_host_network(
+    name: str, release: k8s.helm.v3.Release, provider: k8s.Provider, parent: pulumi.Resource
+) -> k8s.apps.v1.DeploymentPatch:
+    """The EBS CSI controller calls EC2 with the servers' role, which only the host network reaches; the
+    chart has no host-network value for the controller (its node DaemonSet has one), so a server-side apply
+    patch sets it on the Deployment the release made. Helm's three-way merge leaves a field its manifests do
+    not carry alone, so a chart upgrade keeps it; `destroy` removes the patch before the release."""
+    return k8s.apps.v1.DeploymentPatch(
+        f"{name}-ebs-csi-controller-host-network",
+        metadata=k8s.meta.v1.ObjectMetaPatchArgs(name=EBS_CONTROLLER, namespace=release.namespace),
+        spec=k8s.apps.v1.DeploymentSpecPatchArgs(
+            template=k8s.core.v1.PodTemplateSpecPatchArgs(
+                spec=k8s.core.v1.PodSpecPatchArgs(host_network=True)
+            )
+        ),
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=[release]),
+    )
 
 
 def cloud_controller_values(
@@ -609,17 +653,19 @@ class AwsK3sCluster(pulumi.ComponentResource):
             version=EBS_CSI_CHART_VERSION,
             repository=EBS_CSI_REPO,
             namespace="kube-system",
-            values=ebs_csi_values(args.region),
+            values=ebs_csi_values(args.region, len(servers)),
             parent=self,
             provider=k8s_provider,
             depends_on=system_ready,
         )
+        ebs_controller_on_host_network(name, ebs_csi, k8s_provider, self)
         addons.default_storage_class(name, ebs_csi, k8s_provider, self, system_ready)
         shared_storage = None
         if shares_efs:
             efs_driver = efs_csi_chart(
                 name,
                 {POOL_LABEL: SYSTEM_POOL_NAME},
+                len(servers),
                 args.traits.system_tolerations,
                 k8s_provider,
                 self,
@@ -883,7 +929,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                     metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
                         http_endpoint="enabled",
                         http_tokens="required",
-                        http_put_response_hop_limit=SERVER_IMDS_HOP_LIMIT,
+                        http_put_response_hop_limit=IMDS_HOP_LIMIT,
                     ),
                     root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
                         volume_size=spec.system_pool.disk_size_gib,
@@ -891,7 +937,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                         encrypted=True,
                     ),
                     user_data=user_data,
-                    tags={"Name": f"{spec.name}-server-{index}"},
+                    tags={"Name": f"{spec.name}-server-{index}", **instance_cluster_tag(spec.name)},
                     # A new Ubuntu release must not replace a running server. User data runs at first boot
                     # only, and EC2 applies a change by stopping and starting the instance: every server at
                     # once. New servers take the current image and data; running ones are upgraded in place
@@ -968,14 +1014,18 @@ class AwsK3sCluster(pulumi.ComponentResource):
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
                 http_endpoint="enabled",
                 http_tokens="required",
-                http_put_response_hop_limit=AGENT_IMDS_HOP_LIMIT,
+                http_put_response_hop_limit=IMDS_HOP_LIMIT,
             ),
             instance_market_options=None if several_types else agent_market_options(pool.spec),
             capacity_reservation_specification=capacity_block_target(block) if block is not None else None,
             user_data=user_data,
             update_default_version=True,
             tag_specifications=launch_tag_specifications(
-                {**cluster_tags(spec.name), "Name": f"{spec.name}-gpu-{pool.spec.name}"}
+                {
+                    **cluster_tags(spec.name),
+                    **instance_cluster_tag(spec.name),
+                    "Name": f"{spec.name}-gpu-{pool.spec.name}",
+                }
             ),
             opts=child,
         )
@@ -1056,6 +1106,8 @@ def build(spec: Ec2K3sClusterSpec) -> GpuCluster:
         AwsK3sClusterArgs(spec, region, traits, pools, zones),
         opts=pulumi.ResourceOptions(providers=[provider]),
     ).handle
-    cluster = install_gpu_addons(spec, cluster, autoscaler_cloud_values(spec.name, region))
+    cluster = install_gpu_addons(
+        spec, cluster, {**autoscaler_cloud_values(spec.name, region), **AUTOSCALER_ON_HOST_NETWORK}
+    )
     install_efa_device_plugin(spec.name, cluster)
     return cluster

@@ -25,6 +25,8 @@ EFS_CSI_ADDON = "aws-efs-csi-driver"
 EFS_CSI_CHART = "aws-efs-csi-driver"
 EFS_CSI_CHART_VERSION = "4.4.1"
 EFS_CSI_REPO = "https://kubernetes-sigs.github.io/aws-efs-csi-driver"
+# The chart's default controller replica count (values.yaml controller.replicaCount).
+EFS_CONTROLLER_REPLICAS = 2
 EFS_PROVISIONER = "efs.csi.aws.com"
 # The controller makes access points, which needs the role; the node plugin mounts over NFS and needs AWS
 # credentials only for the `iam` mount option, which `shared-rwx` does not use. The managed add-on takes a
@@ -54,15 +56,20 @@ def efs_storage_class_manifest(file_system_id: pulumi.Input[str]) -> dict[str, A
 
 
 def efs_csi_chart_values(
-    controller_node_selector: dict[str, str], tolerations: Sequence[dict[str, str]]
+    controller_node_selector: dict[str, str], servers: int, tolerations: Sequence[dict[str, str]]
 ) -> dict[str, Any]:
-    """The chart on k3s: the controller on the servers, whose instance role may make access points (it
-    reads role and region from instance metadata, which the servers give pods); the node plugin (host
-    network, every node: the chart tolerates every taint) mounts."""
+    """The chart on k3s: the controller on the servers, whose instance role may make access points; it reads
+    role and region from instance metadata, which only the host network reaches there. Its health port
+    (9909) is then a host port: one replica per server, at most the chart's two, and a rollout replaces a
+    pod before it starts another. The node plugin (host network, every node: the chart tolerates every
+    taint) mounts."""
     return {
         "controller": {
             "nodeSelector": controller_node_selector,
             "tolerations": [*EFS_CSI_CONTROLLER_TOLERATIONS, *tolerations],
+            "hostNetwork": True,
+            "replicaCount": min(EFS_CONTROLLER_REPLICAS, servers),
+            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
         }
     }
 
@@ -99,6 +106,7 @@ def efs_csi_addon(
 def efs_csi_chart(
     name: str,
     controller_node_selector: dict[str, str],
+    servers: int,
     tolerations: Sequence[dict[str, str]],
     k8s_provider: k8s.Provider,
     parent: pulumi.Resource,
@@ -110,7 +118,7 @@ def efs_csi_chart(
         version=EFS_CSI_CHART_VERSION,
         repository=EFS_CSI_REPO,
         namespace="kube-system",
-        values=efs_csi_chart_values(controller_node_selector, tolerations),
+        values=efs_csi_chart_values(controller_node_selector, servers, tolerations),
         parent=parent,
         provider=k8s_provider,
         depends_on=depends_on,

@@ -580,8 +580,6 @@ class GcpK3sCluster(pulumi.ComponentResource):
                 gce_node_bootstrap(),
                 external_cloud_provider=True,
                 extra_files=ccm_config,
-                # Every add-on here that uses the servers' identity runs on the host network.
-                block_pod_metadata=True,
             )
             servers.append(
                 gcp.compute.Instance(
