@@ -16,7 +16,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gpu_k8s.components.k3s import cloudinit
+from gpu_k8s.providers.aws import cloud_controller
 from gpu_k8s.providers.aws import k3s as aws_k3s_module
+from gpu_k8s.tools import reference_data
 from gpu_k8s.tools.engine import Recording, Registration, Secret, run_program
 from tests.conftest import (
     assert_refused_before_any_resource,
@@ -413,10 +415,29 @@ def test_iam_documents_pass_parliament(aws_k3s):
     """The same linting as the EKS documents: no finding, except RESOURCE_STAR on tag-scoped writes."""
     for name in ("ml-server-read-secrets", "ml-agent-read-secrets", "ml-server-policy"):
         assert serious_findings(aws_k3s.by_name(name).inputs["policy"], trust_policy=False) == [], name
-    # The service controller's writes are on `*`, as cloud-provider-aws documents its policy: the load
-    # balancers and groups it makes do not exist yet, and whether it tags them at creation is not confirmed.
+    # The cloud controller's document: parliament's own action data is older than the Service Authorization
+    # Reference the references check reads (upstream/references/aws-iam-actions.json), and that table
+    # refutes each finding parliament makes on it: CreateSecurityGroup is authorized on the VPC too, AddTags
+    # takes elasticloadbalancing:CreateAction, Network Load Balancer listeners are listener/net. The one
+    # RESOURCE_STAR is the service-linked role, conditioned on its service name.
     controller = aws_k3s.by_name("ml-server-cloud-controller").inputs["policy"]
-    assert [f for f in serious_findings(controller, trust_policy=False) if f[1] != "RESOURCE_STAR"] == []
+    found = {
+        (issue, entry["action"] if isinstance(entry, dict) else str(entry).split(" for action ")[-1])
+        for _, issue, detail in serious_findings(controller, trust_policy=False)
+        for entry in (detail if isinstance(detail, list) else [detail])
+    }
+    assert found == {
+        ("RESOURCE_MISMATCH", "ec2:CreateSecurityGroup"),
+        ("RESOURCE_MISMATCH", "elasticloadbalancing:DeleteListener"),
+        ("RESOURCE_MISMATCH", "elasticloadbalancing:ModifyListener"),
+        ("UNKNOWN_CONDITION_FOR_ACTION", "elasticloadbalancing:AddTags"),
+        ("RESOURCE_STAR", "iam:CreateServiceLinkedRole"),
+    }
+    table = json.loads(reference_data.AWS_IAM_FILE.read_text())["services"]
+    assert "vpc" in table["ec2"]["actions"]["CreateSecurityGroup"]
+    assert "elasticloadbalancing:CreateAction" in table["elasticloadbalancing"]["actions"]["AddTags"][""]
+    for action in ("DeleteListener", "ModifyListener"):
+        assert "listener/net" in table["elasticloadbalancing"]["actions"][action]
     for role in some(aws_k3s.by_type("aws:iam/role:Role"), at_least=2):
         assert serious_findings(role.inputs["assumeRolePolicy"], trust_policy=True) == [], role.name
 
@@ -700,7 +721,7 @@ def test_the_cloud_controller_goes_first_and_its_node_controllers_only_describe(
         "0.0.11",
         "https://kubernetes.github.io/cloud-provider-aws",
     )
-    assert inputs["values"]["image"]["tag"] == aws_k3s_module.CCM_IMAGE_TAGS["1.36"]
+    assert inputs["values"]["image"]["tag"] == cloud_controller.CCM_IMAGE_TAGS["1.36"]
 
     # Every other Kubernetes object waits for it, directly or through what it waits for: nothing schedules
     # on an uninitialised node.
@@ -725,8 +746,9 @@ def test_the_cloud_controller_goes_first_and_its_node_controllers_only_describe(
     policy = aws_k3s.by_name("ml-server-cloud-controller")
     assert policy.urn in release.dependencies
     statement = json.loads(policy.inputs["policy"])["Statement"][0]
-    assert statement["Sid"] == "NodeControllers"
-    assert statement["Resource"] == "*" and all(a.startswith("ec2:Describe") for a in statement["Action"])
+    assert statement["Sid"] == "Read" and "Condition" not in statement
+    assert statement["Resource"] == "*"
+    assert all(a.split(":")[1].startswith("Describe") for a in statement["Action"])
 
 
 def test_service_load_balancers_open_exactly_one_group_per_node(aws_k3s):
@@ -745,16 +767,94 @@ def test_service_load_balancers_open_exactly_one_group_per_node(aws_k3s):
         assert [groups[g].name for g in group_ids if tag in groups[g].inputs["tags"]] == ["ml-nodes-sg"]
 
 
-def test_the_cloud_controller_may_make_load_balancers_and_only_elb_its_service_role(aws_k3s):
+# What the cloud controller may write, by the condition that limits it (written here from cloud-provider-aws
+# v1.35.2's calls, not read from the code): creates only with the cluster's tag in the request, changes only
+# to what carries it, and the two writes with another limit.
+CCM_WRITES = {
+    "request tag": {
+        "ec2:CreateSecurityGroup",
+        "ec2:CreateTags",
+        "elasticloadbalancing:AddTags",
+        "elasticloadbalancing:CreateListener",
+        "elasticloadbalancing:CreateLoadBalancer",
+        "elasticloadbalancing:CreateTargetGroup",
+    },
+    "resource tag": {
+        "ec2:AuthorizeSecurityGroupIngress",
+        "ec2:CreateTags",
+        "ec2:DeleteSecurityGroup",
+        "ec2:RevokeSecurityGroupIngress",
+        "elasticloadbalancing:AddTags",
+        "elasticloadbalancing:ApplySecurityGroupsToLoadBalancer",
+        "elasticloadbalancing:AttachLoadBalancerToSubnets",
+        "elasticloadbalancing:ConfigureHealthCheck",
+        "elasticloadbalancing:CreateListener",
+        "elasticloadbalancing:CreateLoadBalancerListeners",
+        "elasticloadbalancing:CreateLoadBalancerPolicy",
+        "elasticloadbalancing:DeleteListener",
+        "elasticloadbalancing:DeleteLoadBalancer",
+        "elasticloadbalancing:DeleteLoadBalancerListeners",
+        "elasticloadbalancing:DeleteTargetGroup",
+        "elasticloadbalancing:DeregisterInstancesFromLoadBalancer",
+        "elasticloadbalancing:DeregisterTargets",
+        "elasticloadbalancing:DetachLoadBalancerFromSubnets",
+        "elasticloadbalancing:ModifyListener",
+        "elasticloadbalancing:ModifyLoadBalancerAttributes",
+        "elasticloadbalancing:ModifyTargetGroup",
+        "elasticloadbalancing:ModifyTargetGroupAttributes",
+        "elasticloadbalancing:RegisterInstancesWithLoadBalancer",
+        "elasticloadbalancing:RegisterTargets",
+        "elasticloadbalancing:SetLoadBalancerPoliciesForBackendServer",
+        "elasticloadbalancing:SetLoadBalancerPoliciesOfListener",
+    },
+    # A VPC carries no cluster tag; the group made in it must (the request-tag statement).
+    "vpc": {"ec2:CreateSecurityGroup"},
+    "service name": {"iam:CreateServiceLinkedRole"},
+}
+
+
+def test_every_write_of_the_cloud_controller_is_limited_to_what_carries_the_clusters_tag(aws_k3s):
+    """security.md S2: no write on `*` without a condition, so the servers' role can open no other security
+    group, change no other load balancer and tag no volume (which would defeat the EBS policy's scoping)."""
     policy = json.loads(aws_k3s.by_name("ml-server-cloud-controller").inputs["policy"])
+    writes: dict[str, set[str]] = {}
+    for statement in policy["Statement"]:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if all(a.split(":")[1].startswith("Describe") for a in actions):
+            assert "Condition" not in statement or statement["Sid"] == "Read"
+            continue
+        condition = statement.get("Condition", {})
+        keys = {key for operator in condition.values() for key in operator}
+        if "aws:RequestTag/kubernetes.io/cluster/ml" in keys:
+            assert condition["StringEquals"]["aws:RequestTag/kubernetes.io/cluster/ml"] == "owned"
+            writes.setdefault("request tag", set()).update(actions)
+        if "aws:ResourceTag/kubernetes.io/cluster/ml" in keys:
+            assert condition["StringEquals"]["aws:ResourceTag/kubernetes.io/cluster/ml"] == "owned"
+            writes.setdefault("resource tag", set()).update(actions)
+        if statement["Resource"] == "arn:aws:ec2:*:*:vpc/*":
+            assert not keys
+            writes.setdefault("vpc", set()).update(actions)
+        if keys == {"iam:AWSServiceName"}:
+            assert condition == {"StringEquals": {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"}}
+            writes.setdefault("service name", set()).update(actions)
+        assert keys or statement["Resource"] == "arn:aws:ec2:*:*:vpc/*", statement["Sid"]
+    assert writes == CCM_WRITES
+    # Tags at creation only for what is being created, and never another cluster's tag on one's own.
     statements = {s["Sid"]: s for s in policy["Statement"]}
-    actions = set(statements["ServiceLoadBalancers"]["Action"])
-    assert {"elasticloadbalancing:CreateLoadBalancer", "ec2:AuthorizeSecurityGroupIngress"} <= actions
+    assert statements["TagSecurityGroupsAtCreation"]["Condition"]["StringEquals"]["ec2:CreateAction"] == (
+        "CreateSecurityGroup"
+    )
+    for sid in ("TagOwnSecurityGroups", "TagOwnLoadBalancers"):
+        assert statements[sid]["Condition"]["ForAllValues:StringNotLike"] == {
+            "aws:TagKeys": "kubernetes.io/cluster/*"
+        }
     # Nothing for volumes or routes: the CSI driver and flannel own those.
-    assert not [a for a in actions if "Volume" in a or ("Route" in a and a != "ec2:DescribeRouteTables")]
-    assert statements["LoadBalancerServiceRole"]["Condition"] == {
-        "StringEquals": {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"}
+    every = {
+        a
+        for s in policy["Statement"]
+        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
     }
+    assert not [a for a in every if "Volume" in a or ("Route" in a and a != "ec2:DescribeRouteTables")]
 
 
 def test_every_instance_carries_the_cluster_tag_the_cloud_controller_needs(aws_k3s):

