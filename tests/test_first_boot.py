@@ -114,7 +114,8 @@ def gce_server_scenario(gcp_k3s: Recording, index: int = 0, answering: int = 0) 
     return Scenario(
         cloud="gce",
         user_data=user_data,
-        secret_id="projects/gpu-k8s-demo/secrets/ml-k3s-servers",
+        # Named for the cluster (tests/test_restore_material.py): the id the plan gives the secret.
+        secret_id=gcp_k3s.by_name("ml-servers-bootstrap").id,
         secret_payload=secret_payload(gcp_k3s, "ml-servers-bootstrap-value"),
         facts=GCE_SERVER_FACTS,
         peer_addresses=peers,

@@ -311,11 +311,13 @@ def test_secrets_are_secret_read_only_by_their_own_identity_and_absent_from_meta
         r.name: (r.inputs["member"], r.inputs["role"], r.inputs["secretId"])
         for r in gcp_k3s.by_type("gcp:secretmanager/secretIamMember:SecretIamMember")
     }
+    # The servers' secret is named for its cluster (tests/test_restore_material.py).
+    server_secret = gcp_k3s.by_name("ml-servers-bootstrap").inputs["secretId"]
     assert readers == {
         "ml-servers-bootstrap-reader": (
             SERVERS_SA,
             "roles/secretmanager.secretAccessor",
-            "projects/gpu-k8s-demo/secrets/ml-k3s-servers",
+            f"projects/gpu-k8s-demo/secrets/{server_secret}",
         ),
         "ml-agents-bootstrap-reader": (
             AGENTS_SA,

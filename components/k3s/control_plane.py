@@ -27,7 +27,7 @@ from gpu_k8s.components.k3s.cloudinit import (
     server_cloud_config,
     server_secret_payload,
 )
-from gpu_k8s.components.k3s.pki import K3sPki
+from gpu_k8s.components.k3s.pki import K3sPki, root_ca_hash
 from gpu_k8s.components.k3s.settings import K3sClusterSpec
 from gpu_k8s.components.kubeconfig import client_certificate_kubeconfig
 
@@ -117,6 +117,7 @@ def _kubeconfig(
 
 
 ADMIN_BINDING = "gpu-k8s-admin"
+CLUSTER_ID_LENGTH = 8
 
 
 def admin_access_binding(
@@ -154,6 +155,9 @@ class K3sControlPlane(pulumi.ComponentResource):
     admin_user: pulumi.Output[str]
     # For the program's Kubernetes provider only (system:masters; see pki.py).
     deployer_kubeconfig: pulumi.Output[str]
+    # The first hex digits of the root CA's hash: one cluster's PKI, unlike its name, which a stack destroyed
+    # and made again reuses.
+    cluster_id: pulumi.Output[str]
 
     def __init__(
         self,
@@ -188,4 +192,5 @@ class K3sControlPlane(pulumi.ComponentResource):
         )
         self.admin_user = identity.admin_user
         self.root_cert_pem = identity.root_cert_pem
+        self.cluster_id = identity.root_cert_pem.apply(lambda pem: root_ca_hash(pem)[:CLUSTER_ID_LENGTH])
         self.register_outputs({"rootCertPem": self.root_cert_pem})

@@ -408,7 +408,9 @@ class AwsK3sCluster(pulumi.ComponentResource):
         )
         api_host = api.load_balancer.dns_name
         control_plane = K3sControlPlane(f"{name}-control-plane", spec.name, api_host, opts=child)
-        server_secret, server_secret_value = self._secret(name, "servers", control_plane.server_secret)
+        server_secret, server_secret_value = self._secret(
+            name, "servers", control_plane.server_secret, kept_after_destroy=True
+        )
         agent_secret, agent_secret_value = self._secret(name, "agents", control_plane.agent_secret)
 
         shares_efs = spec.storage.shared == EFS_STORAGE
@@ -661,13 +663,17 @@ class AwsK3sCluster(pulumi.ComponentResource):
         return SecurityGroups(nodes=nodes, servers=servers, api=api, registration=registration, efa=efa)
 
     def _secret(
-        self, name: str, audience: str, payload: pulumi.Output[str]
+        self, name: str, audience: str, payload: pulumi.Output[str], kept_after_destroy: bool = False
     ) -> tuple[aws.secretsmanager.Secret, aws.secretsmanager.SecretVersion]:
-        child = pulumi.ResourceOptions(parent=self)
+        """The servers' secret is kept after `destroy`, like the snapshot bucket: it holds the server token
+        and the CA keys, without which no snapshot can be restored (k3s "Backup and Restore": a snapshot's
+        bootstrap data is encrypted with the token). Pulumi names it with a random suffix, so a stack made
+        again under the same name makes a secret of its own."""
+        child = pulumi.ResourceOptions(parent=self, retain_on_delete=kept_after_destroy)
         secret = aws.secretsmanager.Secret(
             f"{name}-{audience}-bootstrap",
             description=f"k3s bootstrap files for the {audience} of cluster {name}",
-            # Deleted at once on destroy, so the stack can be recreated under the same names.
+            # A secret not kept goes at once on destroy, with no recovery window to hold its name.
             recovery_window_in_days=0,
             opts=child,
         )

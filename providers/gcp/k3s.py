@@ -365,7 +365,12 @@ class GcpK3sCluster(pulumi.ComponentResource):
         )
         secret_api = [apis["secretmanager.googleapis.com"]]
         server_secret, server_boot = self._secret(
-            name, "servers", control_plane.server_secret, identities.servers, secret_api
+            name,
+            "servers",
+            control_plane.server_secret,
+            identities.servers,
+            secret_api,
+            kept_for_cluster=control_plane.cluster_id,
         )
         agent_secret, agent_boot = self._secret(
             name, "agents", control_plane.agent_secret, identities.agents, secret_api
@@ -518,20 +523,35 @@ class GcpK3sCluster(pulumi.ComponentResource):
         payload: pulumi.Output[str],
         reader: NodeServiceAccount,
         after: Sequence[pulumi.Resource],
+        kept_for_cluster: pulumi.Output[str] | None = None,
     ) -> tuple[gcp.secretmanager.Secret, list[pulumi.Resource]]:
-        """A secret only `reader` may read; returns it and what must exist before a node reads it."""
+        """A secret only `reader` may read; returns it and what must exist before a node reads it.
+
+        With `kept_for_cluster` (the control plane's cluster ID) the secret and its value are kept after
+        `destroy`, like the snapshot bucket: they hold the server token and the CA keys, without which no
+        snapshot can be restored (k3s "Backup and Restore"). Its ID ends in the cluster ID, so a stack made
+        again under the same name makes a secret of its own."""
+        kept = kept_for_cluster is not None
+        secret_id: pulumi.Input[str] = (
+            pulumi.Output.concat(f"{name}-k3s-{audience}-", kept_for_cluster)
+            if kept_for_cluster is not None
+            else f"{name}-k3s-{audience}"
+        )
         child = pulumi.ResourceOptions(parent=self)
         secret = gcp.secretmanager.Secret(
             f"{name}-{audience}-bootstrap",
-            secret_id=f"{name}-k3s-{audience}",
+            secret_id=secret_id,
             replication=gcp.secretmanager.SecretReplicationArgs(
                 auto=gcp.secretmanager.SecretReplicationAutoArgs()
             ),
             labels={"gpu-k8s-purpose": "k3s-bootstrap"},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(after), retain_on_delete=kept),
         )
         version = gcp.secretmanager.SecretVersion(
-            f"{name}-{audience}-bootstrap-value", secret=secret.id, secret_data=payload, opts=child
+            f"{name}-{audience}-bootstrap-value",
+            secret=secret.id,
+            secret_data=payload,
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=kept),
         )
         access = gcp.secretmanager.SecretIamMember(
             f"{name}-{audience}-bootstrap-reader",
