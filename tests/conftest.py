@@ -6,14 +6,18 @@ import ast
 import copy
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
+from google.protobuf import struct_pb2
+from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from gpu_k8s.components.configbase import ConfigError, ConfigIssue
 from gpu_k8s.tools.charts import ChartRenderer, ReleaseRef, release_ref
@@ -344,3 +348,34 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     dump = os.environ.get("GPU_K8S_DUMP_REFUSALS")
     if dump:
         Path(dump).write_text("\n".join(unreached_refusal_rules(REFUSAL_SITES_REACHED)) + "\n")
+
+
+# The engine's Check on a dynamic resource: (its serialized provider, the last update's inputs or None on
+# the first `up`, the new inputs) -> the failures' reasons.
+DynamicCheck = Callable[[str, "dict[str, Any] | None", "dict[str, Any]"], list[str]]
+
+
+@pytest.fixture(scope="session")
+def dynamic_check() -> Iterator[DynamicCheck]:
+    """The engine's Check, answered by the Python dynamic-provider host the Pulumi CLI starts
+    (`python -m pulumi.dynamic`, a gRPC server on 127.0.0.1), after the Configure the engine sends first."""
+    host = subprocess.Popen([sys.executable, "-m", "pulumi.dynamic"], stdout=subprocess.PIPE)
+    try:
+        assert host.stdout is not None
+        port = int(host.stdout.readline())
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = provider_pb2_grpc.ResourceProviderStub(channel)
+            stub.Configure(provider_pb2.ConfigureRequest(args=struct_pb2.Struct()), timeout=30)
+
+            def run(provider: str, olds: dict[str, Any] | None, news: dict[str, Any]) -> list[str]:
+                old_struct, new_struct = struct_pb2.Struct(), struct_pb2.Struct()
+                if olds is not None:
+                    old_struct.update({"__provider": provider, **olds})
+                new_struct.update({"__provider": provider, **news})
+                response = stub.Check(provider_pb2.CheckRequest(olds=old_struct, news=new_struct), timeout=30)
+                return [failure.reason for failure in response.failures]
+
+            yield run
+    finally:
+        host.kill()
+        host.wait()

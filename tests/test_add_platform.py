@@ -139,12 +139,16 @@ def test_the_library_modules_import_each_other_without_a_cycle():
 
 
 def test_a_platform_refuses_what_it_does_not_build_with_the_base_rules(toy_registered):
-    """PoolRules' defaults: no interconnect; the spec's: no shared file system."""
-    pools = [{"name": "l4", "instanceType": "p5.48xlarge", "maxNodes": 1, "interconnect": "efa"}]
+    """PoolRules' defaults: no interconnect, no pool zones; the spec's: no shared file system."""
+    pools = [
+        {"name": "l4", "instanceType": "p5.48xlarge", "maxNodes": 1, "interconnect": "efa", "zones": ["z1"]}
+    ]
     problems = refusal(toy_cluster(gpuPools=pools, storage={"shared": "efs"}))
     assert problems == [
         'gpu-k8s:cluster.storage.shared: "efs" - not a shared file system of aws/toy: no shared file system '
         "is built for this platform. Fix: remove it",
+        'gpu-k8s:cluster.gpuPools[0].zones: ["z1"] - not a setting on aws. Fix: remove it; the network '
+        "decides the zones",
         'gpu-k8s:cluster.gpuPools[0].interconnect: "efa" - no interconnect is built for aws yet. '
         "Fix: remove it",
     ]

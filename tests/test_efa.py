@@ -244,11 +244,16 @@ def test_adding_an_efa_pool_to_a_running_k3s_cluster_changes_nothing_it_has(aws_
     before = {r.urn: r for r in aws_k3s.registrations}
     after = {r.urn: r for r in aws_k3s_efa.registrations}
     assert set(before) <= set(after)
-    changed = [urn for urn, r in before.items() if after[urn].inputs != r.inputs]
-    # Only the device plugin's configs, which gain the new pool's (as for any new pool); the autoscaler
-    # finds the new group by its tags.
-    assert [before[urn].name for urn in changed] == ["ml-gpu-operator-device-plugin-config"]
-    (urn,) = changed
+    changed = {before[urn].name: urn for urn, r in before.items() if after[urn].inputs != r.inputs}
+    # Only the device plugin's configs, which gain the new pool's (as for any new pool), and the zone
+    # placement guard, which records where the new pool is placed; the autoscaler finds the new group by
+    # its tags.
+    assert sorted(changed) == ["ml-gpu-operator-device-plugin-config", "ml-zone-placement"]
+    placement = changed.pop("ml-zone-placement")
+    pools_before, pools_after = before[placement].inputs["pools"], after[placement].inputs["pools"]
+    assert set(pools_after) - set(pools_before) == {"train"}
+    assert {key: pools_after[key] for key in pools_before} == pools_before
+    (urn,) = changed.values()
     configs_before, configs_after = before[urn].inputs["data"], after[urn].inputs["data"]
     assert set(configs_after) - set(configs_before) == {"train"}
     assert {key: configs_after[key] for key in configs_before} == configs_before

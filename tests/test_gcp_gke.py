@@ -813,10 +813,33 @@ def test_gcp_keys_on_aws_are_refused(aws_eks_config):
     )
 
 
-def test_pool_zones_on_aws_are_refused(aws_eks_config):
+@pytest.mark.parametrize(
+    ("pool", "zones", "words"),
+    [
+        # h100-train has an interconnect: one placement group, one zone.
+        (4, ["use1-az4", "use1-az5"], "keep one zone, e.g. zones: [use1-az4]"),
+        (0, ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-east-1e"], "raise maxNodes to 5"),
+    ],
+)
+def test_aws_pool_zones_that_cannot_hold_the_pool_are_refused(aws_eks_config, pool, zones, words):
+    """On AWS `zones` places a pool for good (tests/test_zone_placement.py); a placement its nodes cannot
+    have is refused before any resource."""
     assert_refused_before_any_resource(
-        aws_eks_config,
-        set_path("gpuPools.0.zones", ["us-east-1a"]),
-        "gpuPools[0].zones",
-        ("not a setting on aws",),
+        aws_eks_config, set_path(f"gpuPools.{pool}.zones", zones), f"gpuPools[{pool}].zones", (words,)
+    )
+
+
+def test_a_capacity_block_pool_takes_no_zones(aws_eks_config):
+    block = {
+        "name": "blk",
+        "instanceType": "p5.48xlarge",
+        "maxNodes": 2,
+        "capacityReservationId": "cr-02168da1478b509e0",
+    }
+
+    def add(cluster: dict[str, Any]) -> None:
+        cluster["gpuPools"].append({**block, "zones": ["use1-az4"]})
+
+    assert_refused_before_any_resource(
+        aws_eks_config, add, "gpuPools[5].zones", ("a Capacity Block has its own zone",)
     )

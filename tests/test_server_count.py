@@ -5,49 +5,27 @@ the same dynamic-provider host the Pulumi CLI runs."""
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import grpc
 import pytest
-from google.protobuf import struct_pb2
-from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from gpu_k8s.components.k3s.server_count import server_count_issue, server_shape_issues
 from gpu_k8s.components.spec import load_spec
 from gpu_k8s.providers.aws.k3s import server_placement
 from gpu_k8s.tools.engine import Recording
+from tests.conftest import DynamicCheck
 
 Check = Callable[..., list[str]]
 
 
 @pytest.fixture(scope="module")
-def check() -> Iterator[Check]:
-    """The engine's Check, answered by the Python dynamic-provider host the Pulumi CLI starts
-    (`python -m pulumi.dynamic`, a gRPC server on 127.0.0.1), after the Configure the engine sends first."""
-    host = subprocess.Popen([sys.executable, "-m", "pulumi.dynamic"], stdout=subprocess.PIPE)
-    try:
-        assert host.stdout is not None
-        port = int(host.stdout.readline())
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = provider_pb2_grpc.ResourceProviderStub(channel)
-            stub.Configure(provider_pb2.ConfigureRequest(args=struct_pb2.Struct()), timeout=30)
+def check(dynamic_check: DynamicCheck) -> Check:
+    def run(provider: str, running: Any, requested: Any) -> list[str]:
+        """`running`/`requested`: a server count, or the guard's whole inputs."""
+        return dynamic_check(provider, None if running is None else _inputs(running), _inputs(requested))
 
-            def run(provider: str, running: Any, requested: Any) -> list[str]:
-                """`running`/`requested`: a server count, or the guard's whole inputs."""
-                olds, news = struct_pb2.Struct(), struct_pb2.Struct()
-                if running is not None:
-                    olds.update({"__provider": provider, **_inputs(running)})
-                news.update({"__provider": provider, **_inputs(requested)})
-                response = stub.Check(provider_pb2.CheckRequest(olds=olds, news=news), timeout=30)
-                return [failure.reason for failure in response.failures]
-
-            yield run
-    finally:
-        host.kill()
-        host.wait()
+    return run
 
 
 @pytest.mark.parametrize("stack", ["aws_k3s", "gcp_k3s"])
@@ -68,15 +46,15 @@ def test_every_resource_of_the_stack_waits_for_the_server_count(request, stack):
     ]
     assert len(others) > 50
     # Besides: the cluster's keys, certificates and tokens, made offline (tls and random providers) from the
-    # API's name, which no server count changes; and the API readiness gate, a dynamic resource after the
-    # servers.
+    # API's name, which no server count changes; the API readiness gate, a dynamic resource after the
+    # servers; and the zone-placement guard, a dynamic resource that records and changes nothing else.
     offline = {r.name for r in others if r.type.startswith(("tls:", "random:"))}
     assert offline >= {"ml-control-plane-pki-root-key"}
     for resource in others:
         assert (
             resource.provider_urn in (cloud.urn, kubernetes.urn)
             or resource.name in offline
-            or resource.name == "ml-api-ready"
+            or resource.name in ("ml-api-ready", "ml-zone-placement")
         ), resource.name
 
 

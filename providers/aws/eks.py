@@ -47,7 +47,7 @@ from gpu_k8s.providers.aws.nodes import (
 )
 from gpu_k8s.providers.aws.settings import EFS_STORAGE, EksClusterSpec
 from gpu_k8s.providers.aws.shared_storage import EfsSharedStorage, EfsSharedStorageArgs, efs_csi_addon
-from gpu_k8s.providers.aws.zones import ZonePlan, offering_issues, zone_issues, zone_plan
+from gpu_k8s.providers.aws.zones import ZonePlan, offering_issues, placement_guard, zone_issues, zone_plan
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
@@ -193,6 +193,8 @@ class EksClusterArgs:
     region: str
     catalog: Catalog
     zones: ZonePlan
+    # What every GPU node group waits for: the guard that keeps pools in their zones.
+    placement: pulumi.Resource
 
 
 class EksCluster(pulumi.ComponentResource):
@@ -294,7 +296,7 @@ class EksCluster(pulumi.ComponentResource):
             name, cluster.name, version, self, depends_on=[system_nodes, *pre_node_addons]
         )
 
-        gpu_node_pools(name, pools, ctx, args.zones.pool_zones, self)
+        gpu_node_pools(name, pools, ctx, args.zones.pool_zones, args.placement, self)
 
         kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
             pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data).apply(
@@ -393,7 +395,7 @@ def build(spec: EksClusterSpec) -> GpuCluster:
     raise_if_any(zone_issues(spec.network, spec.gpu_pools, zones))
     eks = EksCluster(
         spec.name,
-        EksClusterArgs(spec, region, catalog, zones),
+        EksClusterArgs(spec, region, catalog, zones, placement_guard(spec.name, spec.gpu_pools, zones)),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
     cluster = install_gpu_addons(

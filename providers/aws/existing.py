@@ -66,7 +66,7 @@ from gpu_k8s.providers.aws.iam import EKS_NODE_POLICIES, role_with_policies, ser
 from gpu_k8s.providers.aws.location import aws_provider, cluster_tags, region_from_config
 from gpu_k8s.providers.aws.nodes import NodeGroupContext, gpu_node_pools
 from gpu_k8s.providers.aws.settings import AWS_POOL_RULES, AWS_SUBNET_ID, AwsNetwork
-from gpu_k8s.providers.aws.zones import ZonePlan, offering_issues, zone_issues, zone_plan
+from gpu_k8s.providers.aws.zones import ZonePlan, offering_issues, placement_guard, zone_issues, zone_plan
 
 GPU_LAYER = "gpuLayer"
 # The EKS API's ClusterName shape (botocore's eks service model): 1-100 characters, a letter or digit
@@ -182,6 +182,8 @@ class ExistingEksGpuLayerArgs:
     network: AwsNetwork
     zones: ZonePlan
     pools: tuple[GpuPool, ...]
+    # What every GPU node group waits for: the guard that keeps pools in their zones.
+    placement: pulumi.Resource
 
 
 class ExistingEksGpuLayer(pulumi.ComponentResource):
@@ -209,7 +211,7 @@ class ExistingEksGpuLayer(pulumi.ComponentResource):
             launch_tags=cluster_tags(cluster.name),
             cluster_security_group_id=cluster.security_group_id,
         )
-        gpu_node_pools(name, args.pools, ctx, args.zones.pool_zones, self)
+        gpu_node_pools(name, args.pools, ctx, args.zones.pool_zones, args.placement, self)
         kubeconfig = pulumi.Output.secret(
             render_kubeconfig(cluster.name, cluster.endpoint, cluster.ca_data, args.region)
         )
@@ -279,9 +281,10 @@ def build_existing_eks_gpu_layer(name: str, raw: object | None = None) -> GpuClu
                 pools, lambda pool: scale_from_zero_tags(aws_node_template(pool, unneeded_time)), EKS_ASG_TAGS
             )
         )
+        placement = placement_guard(name, spec.gpu_pools, zones)
     layer = ExistingEksGpuLayer(
         name,
-        ExistingEksGpuLayerArgs(spec, cluster, region, network, zones, pools),
+        ExistingEksGpuLayerArgs(spec, cluster, region, network, zones, pools, placement),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
     return layer.handle

@@ -108,7 +108,7 @@ from gpu_k8s.providers.aws.nodes import (
 )
 from gpu_k8s.providers.aws.settings import EFS_STORAGE, Ec2K3sClusterSpec
 from gpu_k8s.providers.aws.shared_storage import EfsSharedStorage, EfsSharedStorageArgs, efs_csi_chart
-from gpu_k8s.providers.aws.zones import ZonePlan, offering_issues, zone_issues, zone_plan
+from gpu_k8s.providers.aws.zones import ZonePlan, offering_issues, placement_guard, zone_issues, zone_plan
 
 CAPACITY_LABEL = "gpu-k8s.io/capacity-type"
 # Canonical's public SSM parameters for the current Ubuntu 24.04 LTS server AMI (parameter scheme from
@@ -364,6 +364,8 @@ class AwsK3sClusterArgs:
     traits: PlatformTraits
     pools: tuple[GpuPool, ...]
     zones: ZonePlan
+    # What every GPU group waits for: the guard that keeps pools in their zones.
+    placement: pulumi.Resource
 
 
 class AwsK3sCluster(pulumi.ComponentResource):
@@ -490,7 +492,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 registration_url,
                 unneeded,
                 args.zones.pool_zones[pool.spec.name],
-                boot_after=[agent_secret_value, *agent_grants],
+                boot_after=[agent_secret_value, *agent_grants, args.placement],
             )
 
         servers_reachable: list[pulumi.Resource] = [
@@ -979,7 +981,9 @@ def build(spec: Ec2K3sClusterSpec) -> GpuCluster:
     raise_if_any(zone_issues(spec.network, spec.gpu_pools, zones))
     cluster = AwsK3sCluster(
         spec.name,
-        AwsK3sClusterArgs(spec, region, traits, pools, zones),
+        AwsK3sClusterArgs(
+            spec, region, traits, pools, zones, placement_guard(spec.name, spec.gpu_pools, zones)
+        ),
         opts=pulumi.ResourceOptions(providers=[provider]),
     ).handle
     cluster = install_gpu_addons(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
@@ -409,14 +410,17 @@ def gpu_node_pools(
     pools: Sequence[GpuPool],
     ctx: NodeGroupContext,
     pool_zones: Mapping[str, Sequence[int]],
+    placement: pulumi.Resource,
     parent: pulumi.Resource,
 ) -> list[GpuNodePool]:
-    """A GpuNodePool per pool, in the zones (private subnet indexes) that offer its types."""
+    """A GpuNodePool per pool, in the zones (private subnet indexes) that offer its types; every group waits
+    for `placement`, the guard that keeps pools where they run."""
+    gpu_ctx = dataclasses.replace(ctx, depends_on=[*ctx.depends_on, placement])
     return [
         GpuNodePool(
             pool_child_name(name, pool.spec.name),
             pool,
-            ctx,
+            gpu_ctx,
             pool_zones[pool.spec.name],
             opts=pulumi.ResourceOptions(parent=parent),
         )

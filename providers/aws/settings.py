@@ -59,8 +59,46 @@ class EksSpec(StrictModel):
     admins: tuple[str, ...] = ()
 
 
+# A zone's name (us-east-1a) or its ID (use1-az1), as `aws ec2 describe-availability-zones` lists them.
+AWS_ZONE = re.compile(r"[a-z]{2}(-[a-z]+)+-\d[a-z]|[a-z]{2,5}\d-az\d{1,2}", re.ASCII)
+
+
 class AwsPoolRules(PoolRules):
-    """EC2 pools: several instance types, EC2 Capacity Blocks."""
+    """EC2 pools: several instance types, EC2 Capacity Blocks, zones kept where they were placed."""
+
+    def pool_zone_issues(self, index: int, pool: GpuPoolSpec) -> Iterable[ConfigIssue]:
+        """`zones` places a pool for good: a node group in each (by name or zone ID), whatever EC2 offers
+        later (components/placement.py)."""
+        if not pool.zones:
+            return
+        where = config_path("gpuPools", index, "zones")
+        malformed = [zone for zone in pool.zones if not AWS_ZONE.fullmatch(zone)]
+        if malformed:
+            yield ConfigIssue(
+                where,
+                list(pool.zones),
+                f"{', '.join(repr(z) for z in malformed)} is not a zone name or zone ID",
+                "list zones as `aws ec2 describe-availability-zones` names them, e.g. [us-east-1a, "
+                "us-east-1b] or [use1-az1, use1-az2]",
+            )
+        elif len(set(pool.zones)) < len(pool.zones):
+            yield ConfigIssue(where, list(pool.zones), "lists a zone twice", "list each zone once")
+        elif pool.capacity_reservation_id is not None:
+            yield ConfigIssue(where, list(pool.zones), "a Capacity Block has its own zone", "remove zones")
+        elif pool.interconnect is not None and len(pool.zones) != 1:
+            yield ConfigIssue(
+                where,
+                list(pool.zones),
+                "a pool with an interconnect keeps its nodes in one zone (one placement group)",
+                f"keep one zone, e.g. zones: [{pool.zones[0]}]",
+            )
+        elif pool.max_nodes < len(pool.zones):
+            yield ConfigIssue(
+                where,
+                list(pool.zones),
+                f"each zone's node group holds at least one node, and maxNodes is {pool.max_nodes}",
+                f"raise maxNodes to {len(pool.zones)}, or list fewer zones (empty a group's zone first)",
+            )
 
     def capacity_block_issues(self, where: str, pool: GpuPoolSpec) -> Iterable[ConfigIssue]:
         block = pool.capacity_reservation_id

@@ -16,6 +16,7 @@ import pulumi_aws as aws
 from gpu_k8s.components.availability import aws_offerings, where_offered
 from gpu_k8s.components.catalog import Catalog
 from gpu_k8s.components.configbase import ConfigIssue, config_path
+from gpu_k8s.components.placement import ZonePlacement, placement_of, zone_placement
 from gpu_k8s.components.spec import GpuPoolSpec
 from gpu_k8s.providers.aws.settings import AwsNetwork
 
@@ -115,8 +116,9 @@ def capacity_block(reservation_id: str, invoke: pulumi.InvokeOptions) -> Capacit
 
 @dataclass(frozen=True)
 class ZonePlan:
-    """The cluster's zones (in private-subnet order) and, per GPU pool, the indexes of those offering every
-    instance type of the pool (for a pool in a Capacity Block: the block's zone)."""
+    """The cluster's zones (in private-subnet order) and, per GPU pool, the indexes of those it has a node
+    group in: the user's `zones`, else the first that offer every instance type of the pool, as many as
+    `maxNodes` (one with an interconnect; for a pool in a Capacity Block: the block's zone)."""
 
     zones: tuple[Zone, ...]
     pool_zones: Mapping[str, tuple[int, ...]]
@@ -140,6 +142,15 @@ def zone_plan(network: AwsNetwork, pools: Sequence[GpuPoolSpec], invoke: pulumi.
     }
     pool_zones = {}
     for pool in pools:
+        if pool.zones:
+            # The user's: kept as listed whatever EC2 offers now (pinned_zone_warnings says when it does not).
+            pool_zones[pool.name] = tuple(
+                i
+                for wanted in pool.zones
+                for i, zone in enumerate(zones)
+                if wanted in (zone.name, zone.zone_id)
+            )
+            continue
         if pool.name in blocks:
             offered = tuple(i for i, zone in enumerate(zones) if zone.zone_id == blocks[pool.name].zone_id)
         else:
@@ -149,8 +160,9 @@ def zone_plan(network: AwsNetwork, pools: Sequence[GpuPoolSpec], invoke: pulumi.
                 if all(i in type_zones[name] for name in pool.extra_instance_types)
             )
         # A pool with an interconnect keeps its nodes in one zone: a cluster placement group cannot span
-        # two, and traffic between zones would leave the fabric.
-        pool_zones[pool.name] = offered[:1] if pool.interconnect is not None else offered
+        # two, and traffic between zones would leave the fabric. Others use as many zones as they may have
+        # nodes (a zone's group holds at least one).
+        pool_zones[pool.name] = offered[: 1 if pool.interconnect is not None else pool.max_nodes]
     return ZonePlan(zones, pool_zones, blocks, type_zones)
 
 
@@ -166,6 +178,17 @@ def zone_issues(network: AwsNetwork, pools: Sequence[GpuPoolSpec], plan: ZonePla
         )
     listed = ", ".join(f"{z.name} ({z.zone_id})" for z in zones)
     for index, pool in enumerate(pools):
+        unknown = [w for w in pool.zones if not any(w in (z.name, z.zone_id) for z in zones)]
+        if unknown:
+            yield ConfigIssue(
+                config_path("gpuPools", index, "zones"),
+                list(pool.zones),
+                f"{', '.join(unknown)} is not a zone of the cluster's subnets: {listed}",
+                "list zones of the cluster, by name or zone ID",
+            )
+            continue
+        if pool.zones:
+            continue
         block = plan.blocks.get(pool.name)
         if block is not None:
             yield from _capacity_block_issues(index, pool, block, plan.pool_zones[pool.name], listed)
@@ -189,6 +212,42 @@ def zone_issues(network: AwsNetwork, pools: Sequence[GpuPoolSpec], plan: ZonePla
                 "pick a type these zones offer, or a region or subnets in zones that offer it "
                 "(aws ec2 describe-instance-type-offerings --location-type availability-zone-id)",
             )
+
+
+def pool_zone_ids(plan: ZonePlan) -> dict[str, list[str]]:
+    """Each pool's zones by zone ID (the same physical zones in every account), in the order it uses them."""
+    return {pool: [plan.zones[i].zone_id for i in indexes] for pool, indexes in plan.pool_zones.items()}
+
+
+def placement_guard(cluster_name: str, pools: Sequence[GpuPoolSpec], plan: ZonePlan) -> ZonePlacement:
+    """The guard every GPU node group waits for: a pool the user did not place keeps the zones it was
+    first placed in (components/placement.py). Warns of placed zones EC2 no longer offers the types in."""
+    for warning in pinned_zone_warnings(pools, plan):
+        pulumi.log.warn(warning)
+    return zone_placement(
+        cluster_name,
+        placement_of([p.name for p in pools], pool_zone_ids(plan), [bool(p.zones) for p in pools]),
+    )
+
+
+def pinned_zone_warnings(pools: Sequence[GpuPoolSpec], plan: ZonePlan) -> list[str]:
+    """Zones a user placed a pool in that EC2 says do not offer its types now: its group there cannot start
+    a node (kept, so that its running nodes are not deleted)."""
+    warnings = []
+    for pool in pools:
+        if not pool.zones or pool.name in plan.blocks:
+            continue
+        offering = set(plan.type_zones[pool.instance_type]).intersection(
+            *(plan.type_zones[name] for name in pool.extra_instance_types)
+        )
+        for index in plan.pool_zones[pool.name]:
+            if index not in offering:
+                zone = plan.zones[index]
+                warnings.append(
+                    f"gpuPools {pool.name}: {zone.name} ({zone.zone_id}) does not offer all of the pool's "
+                    "types now; its node group there cannot start a node (remove the zone once it is empty)"
+                )
+    return warnings
 
 
 def _capacity_block_issues(
