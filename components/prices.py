@@ -1,8 +1,10 @@
 """What nodes and fixed fees cost per hour, from committed public price data (each table carries its source
-and date): AWS on-demand prices from Karpenter's generated table (the pinned version lists us-east-1 only),
-GCP on-demand and spot prices from cluster-autoscaler's GCE table (one figure per type: us-central1's), and
-the fees in `data/fees.json`. List prices: no discounts, commitments, credits, taxes or data transfer; a
-region's own price may differ from the reference region's, and the figure says which it is.
+and date): AWS on-demand prices from Karpenter's generated table (the pinned version lists us-east-1 only)
+and, for other regions and for spot, SkyPilot's AWS catalog (on-demand per region; spot per zone when it
+was fetched, the dearest zone of the region taken); GCP on-demand and spot prices from cluster-autoscaler's
+GCE table (one figure per type: us-central1's), and the fees in `data/fees.json`. List prices: no
+discounts, commitments, credits, taxes or data transfer; a region's own price may differ from the reference
+region's, and the figure says which it is. Spot prices move by the hour: a spot figure is a reference.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from gpu_k8s.components.availability import DATA
 
 AWS_PRICES_FILE = DATA / "aws-prices.json"
+AWS_REGIONAL_PRICES_FILE = DATA / "aws-regional-prices.json"
 GCP_PRICES_FILE = DATA / "gcp-prices.json"
 GCP_CPU_TYPES_FILE = DATA / "gcp-cpu-machine-types.json"
 FEES_FILE = DATA / "fees.json"
@@ -35,6 +38,11 @@ class Price:
 @cache
 def aws_prices() -> dict[str, Any]:
     return json.loads(AWS_PRICES_FILE.read_text())
+
+
+@cache
+def aws_regional_prices() -> dict[str, Any]:
+    return json.loads(AWS_REGIONAL_PRICES_FILE.read_text())
 
 
 @cache
@@ -65,7 +73,11 @@ def price_sources(clouds: set[str], fees_charged: set[str]) -> str:
     parts = []
     if "aws" in clouds:
         generated = aws_prices()["source"]["generated"][:10]
-        parts.append(f"AWS instances: Karpenter's generated table of {generated}")
+        catalog = aws_regional_prices()["source"]["commit"][:8]
+        parts.append(
+            f"AWS instances: Karpenter's generated table of {generated} (us-east-1), SkyPilot's catalog at "
+            f"{catalog} (other regions, spot)"
+        )
     if "gcp" in clouds:
         parts.append(f"GCP machine types: {gcp_prices()['source']['tag']}'s GCE price table")
     secondary = sorted(name for name in fees_charged if fees()[name]["status"] != "published")
@@ -75,14 +87,22 @@ def price_sources(clouds: set[str], fees_charged: set[str]) -> str:
 
 
 def aws_node_price(instance_type: str, region: str, spot: bool = False) -> Price | None:
-    """On-demand price in `region`, else in a region the table has (said in the basis); spot prices are not
-    in the data, so a spot node is priced at its on-demand ceiling."""
-    table = aws_prices()["onDemandUsdPerHour"]
-    where = region if instance_type in table.get(region, {}) else None
-    if where is None:
-        where = next((r for r in sorted(table) if instance_type in table[r]), None)
-        if where is None:
+    """A spot node at the dearest spot price of the region's zones in SkyPilot's catalog; on demand (and a
+    spot node the catalog has no spot price for, at that ceiling): Karpenter's price in `region`, else the
+    catalog's, else a region either table has (said in the basis)."""
+    regional = aws_regional_prices()
+    spot_price = regional["spotMaxUsdPerHour"].get(region, {}).get(instance_type) if spot else None
+    if spot_price is not None:
+        return Price(spot_price, f"spot {region}, dearest zone in SkyPilot's catalog")
+    tables = (aws_prices()["onDemandUsdPerHour"], regional["onDemandUsdPerHour"])
+    found = next(((table, region) for table in tables if instance_type in table.get(region, {})), None)
+    if found is None:
+        found = next(
+            ((table, r) for table in tables for r in sorted(table) if instance_type in table[r]), None
+        )
+        if found is None:
             return None
+    table, where = found
     basis = f"on-demand {where}" + ("" if where == region else f", not {region}")
     return Price(table[where][instance_type], basis + (" (spot: no data)" if spot else ""))
 

@@ -13,7 +13,14 @@ import json
 
 import pytest
 
-from gpu_k8s.components.prices import AWS_PRICES_FILE, GCP_PRICES_FILE, aws_node_price, gcp_node_price
+from gpu_k8s.components.prices import (
+    AWS_PRICES_FILE,
+    AWS_REGIONAL_PRICES_FILE,
+    GCP_PRICES_FILE,
+    Price,
+    aws_node_price,
+    gcp_node_price,
+)
 from gpu_k8s.tools import reference_data
 from gpu_k8s.tools.costs import HOURS_PER_MONTH, idle_charges, node_price
 from gpu_k8s.tools.engine import run_program
@@ -50,14 +57,17 @@ def test_a_gpu_pool_kept_warm_by_min_nodes_is_part_of_the_idle_baseline(aws_eks_
     assert pool["instanceType"] == "g6e.xlarge" and pool["spot"]
     pool["minNodes"] = 1
     warm = run_program("warm", config)
-    # A spot pool is priced at its on-demand ceiling: the data has no spot prices for AWS.
-    assert idle_per_hour(warm) == round(idle_per_hour(aws_eks) + 1.861, 6)
+    # A spot g6e.xlarge in us-east-1: the dearest of its zones' spot prices in SkyPilot's catalog (rows
+    # use1-az1 1.1975, az2 0.9154, az4 0.9599, az6 1.0492).
+    assert idle_per_hour(warm) == round(idle_per_hour(aws_eks) + 1.1975, 6)
 
 
 def test_pool_prices_follow_the_data_and_say_what_they_are(aws_eks, gcp_gke):
     prices = {pool["name"]: node_price(aws_eks, pool) for pool in aws_eks.outputs["gpuPools"]}
-    assert prices["l40s"] is not None and prices["l40s"].usd_per_hour == 1.861
-    assert prices["l40s"].basis == "on-demand us-east-1 (spot: no data)"
+    assert prices["l40s"] is not None and prices["l40s"].usd_per_hour == 1.1975
+    assert prices["l40s"].basis == "spot us-east-1, dearest zone in SkyPilot's catalog"
+    # An on-demand pool in us-east-1: Karpenter's table.
+    assert (prices["h100-train"].usd_per_hour, prices["h100-train"].basis) == (55.04, "on-demand us-east-1")
     gke = {pool["name"]: node_price(gcp_gke, pool) for pool in gcp_gke.outputs["gpuPools"]}
     # Spot L4 (GPU included in G2's price); two T4s on an n1-standard-8; no A3 price in the table.
     assert (gke["l4"].usd_per_hour, gke["l4"].basis) == (0.27, "spot (preemptible table) us-central1")
@@ -67,9 +77,17 @@ def test_pool_prices_follow_the_data_and_say_what_they_are(aws_eks, gcp_gke):
     assert "plus pools h100-train, which have no price data" in text
 
 
-def test_a_region_the_price_table_lacks_is_priced_at_the_reference_region_and_says_so():
-    price = aws_node_price("g6e.xlarge", "eu-central-1")
-    assert price is not None and price.basis == "on-demand us-east-1, not eu-central-1"
+def test_a_region_the_price_tables_lack_is_priced_at_the_reference_region_and_says_so():
+    # Karpenter's table has us-east-1 only; SkyPilot's catalog has eu-central-1 (g6e.xlarge 2.327, spot
+    # 1.4934 in euc1-az1, the dearest of its three zones) but not il-central-1.
+    assert aws_node_price("g6e.xlarge", "eu-central-1") == Price(2.327, "on-demand eu-central-1")
+    assert aws_node_price("g6e.xlarge", "eu-central-1", spot=True) == Price(
+        1.4934, "spot eu-central-1, dearest zone in SkyPilot's catalog"
+    )
+    price = aws_node_price("g6e.xlarge", "il-central-1")
+    assert price is not None and price.basis == "on-demand us-east-1, not il-central-1"
+    # p5e.48xlarge: the catalog lists spot prices but no on-demand price (every row's Price is empty).
+    assert aws_node_price("p5e.48xlarge", "us-east-2", spot=True) is not None
     assert aws_node_price("x9.nonexistent", "us-east-1") is None
     assert gcp_node_price("e2-standard-4", "europe-west4").basis == "on-demand us-central1, not europe-west4"
     assert gcp_node_price("n1-standard-8", "us-central1", accelerator=("nvidia-tesla-a100", 1)) is not None
@@ -81,10 +99,45 @@ def test_a_region_the_price_table_lacks_is_priced_at_the_reference_region_and_sa
     [
         (AWS_PRICES_FILE, reference_data.aws_prices, reference_data.KARPENTER_PRICING),
         (GCP_PRICES_FILE, reference_data.gcp_prices, reference_data.CA_GCE_PRICES),
+        (AWS_REGIONAL_PRICES_FILE, reference_data.aws_regional_prices, reference_data.SKYPILOT_AWS_ROWS),
     ],
 )
 def test_the_price_tables_are_what_their_pinned_sources_say(table, derive, source):
     assert json.loads(table.read_text()) == json.loads(json.dumps(derive(source.read_text())))
+
+
+def test_two_independent_sources_agree_on_every_us_east_1_on_demand_price():
+    """Karpenter's table (from the AWS pricing API) and SkyPilot's catalog (an excerpt transcribed page by
+    page) list the same on-demand price for every type both have in us-east-1."""
+    karpenter = json.loads(AWS_PRICES_FILE.read_text())["onDemandUsdPerHour"]["us-east-1"]
+    catalog = json.loads(AWS_REGIONAL_PRICES_FILE.read_text())["onDemandUsdPerHour"]["us-east-1"]
+    shared = set(karpenter) & set(catalog)
+    assert len(shared) >= 60
+    assert {
+        name: (karpenter[name], catalog[name]) for name in shared if karpenter[name] != catalog[name]
+    } == {}
+
+
+def test_the_catalog_derivation_takes_a_regions_dearest_zone_and_skips_local_zones():
+    header = (
+        "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,"
+        "AvailabilityZone,Arch"
+    )
+    rows = [
+        "g6.xlarge,L4,1.0,4.0,16.0,,0.8048,0.40,us-east-1,use1-az1,x86_64",
+        "g6.xlarge,L4,1.0,4.0,16.0,,0.8048,0.30,us-east-1,use1-az2,x86_64",
+        "g6.xlarge,L4,1.0,4.0,16.0,,0.8048,0.90,us-east-1,use1-atl2-az1,x86_64",
+        "p5e.48xlarge,H200,8.0,192.0,2048.0,,,18.7,us-east-2,use2-az3,x86_64",
+    ]
+    prices = reference_data.aws_regional_prices("\n".join([header, *rows]) + "\n")
+    assert prices["onDemandUsdPerHour"] == {"us-east-1": {"g6.xlarge": 0.8048}}
+    assert prices["spotMaxUsdPerHour"] == {
+        "us-east-1": {"g6.xlarge": 0.40},
+        "us-east-2": {"p5e.48xlarge": 18.7},
+    }
+    clash = "\n".join([header, rows[0], rows[1].replace("0.8048", "0.9")])
+    with pytest.raises(ValueError, match="two on-demand prices"):
+        reference_data.aws_regional_prices(clash)
 
 
 def test_the_derivations_read_the_go_tables_they_are_given():
@@ -116,16 +169,16 @@ def test_a_warm_k3s_pool_is_priced_from_its_launch_template_or_mixed_policy(aws_
     pools = {pool["name"]: pool for pool in config["gpu-k8s:cluster"]["gpuPools"]}
     pools["l4"]["minNodes"] = 1
     warm = run_program("warm-k3s", config)
-    # g6.xlarge at 0.8048 in us-east-1 (spot pool: priced at its on-demand ceiling, no spot data).
-    assert idle_per_hour(warm) == round(idle_per_hour(aws_k3s) + 0.8048, 6)
+    # A spot g6.xlarge in us-east-1: its zones' spot prices 0.4011, 0.3653, 0.3490, 0.3988; the dearest.
+    assert idle_per_hour(warm) == round(idle_per_hour(aws_k3s) + 0.4011, 6)
     charges, not_counted = idle_charges(warm)
-    assert ("g6.xlarge node", "on-demand us-east-1 (spot: no data)") in [
+    assert ("g6.xlarge node", "spot us-east-1, dearest zone in SkyPilot's catalog") in [
         (c.what, c.price.basis) for c in charges if c.price
     ]
     assert not any("?" in item for item in not_counted)
     pools["l4"]["extraInstanceTypes"] = ["g6.2xlarge"]
     mixed = run_program("warm-mixed", config)
-    assert idle_per_hour(mixed) == round(idle_per_hour(aws_k3s) + 0.8048, 6)
+    assert idle_per_hour(mixed) == round(idle_per_hour(aws_k3s) + 0.4011, 6)
 
 
 def test_internal_addresses_cost_nothing_and_region_bound_fees_say_whose_price(gcp_k3s, aws_eks_config):

