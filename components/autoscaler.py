@@ -106,9 +106,12 @@ def autoscaler_values(
     pools: Sequence[GpuPool],
     tolerations: Sequence[Mapping[str, str]] = (),
     provisioning_requests: bool = False,
+    node_selector: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Helm values for the cluster-autoscaler chart: shared settings, then the provider's."""
+    """Helm values for the cluster-autoscaler chart: shared settings, then the provider's. It runs on the
+    system pool (`node_selector`, default its label; empty: anywhere, on a cluster made elsewhere)."""
     cloud = dict(cloud_values)
+    selector = {POOL_LABEL: SYSTEM_POOL_NAME} if node_selector is None else node_selector
     extra_args = {
         **COMMON_FLAGS,
         "scale-down-unneeded-time": cluster_scale_down_unneeded_time(pools),
@@ -118,7 +121,7 @@ def autoscaler_values(
     return {
         "image": {"tag": AUTOSCALER_IMAGE_TAGS[kubernetes_minor]},
         "rbac": {"serviceAccount": {"create": True, "name": AUTOSCALER_SERVICE_ACCOUNT}},
-        "nodeSelector": {POOL_LABEL: SYSTEM_POOL_NAME},
+        **({"nodeSelector": dict(selector)} if selector else {}),
         **({"tolerations": [dict(t) for t in tolerations]} if tolerations else {}),
         "extraArgs": extra_args,
         **cloud,
@@ -132,6 +135,9 @@ class ClusterAutoscalerArgs:
     cluster: GpuCluster
     chart_version: str
     cloud_values: Mapping[str, Any]
+    # Where the autoscaler runs: the system pool; empty on a cluster made elsewhere, whose nodes carry no
+    # label of this toolkit (a selector nothing matches would keep it Pending and fail the release).
+    node_selector: Mapping[str, str] | None = None
     # Cloud identity wiring (e.g. a Pod Identity association) the pod needs before it starts.
     identity: Sequence[pulumi.Resource] = field(default_factory=tuple)
     # The ProvisioningRequest CRD, when the autoscaler is to serve ProvisioningRequests (batch queues).
@@ -158,6 +164,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 cluster.pools,
                 cluster.traits.system_tolerations,
                 provisioning_requests=args.provisioning_request_crd is not None,
+                node_selector=args.node_selector,
             ),
             parent=self,
             provider=cluster.k8s_provider,

@@ -113,18 +113,20 @@ def test_the_gpu_layer_creates_nothing_of_the_cluster_itself(existing_eks):
     }
 
 
-def test_its_node_groups_join_the_named_cluster_in_its_subnets(existing_eks):
+def test_its_node_groups_join_the_named_cluster_in_the_listed_subnets(existing_eks):
+    """The layer's own subnets, not the cluster's list (review-aws.md AN-A3: it often holds public ones)."""
     from gpu_k8s.tools.engine import RealisticMocks
 
     cluster = RealisticMocks().call(
         type("Args", (), {"token": "aws:eks/getCluster:getCluster", "args": {"name": "prod"}})()
     )[0]
+    listed = {"subnet-0b2c3d4e5f6071829", "subnet-0d4e5f60718293a41", "subnet-0a1b2c3d4e5f60718"}
     groups = some(existing_eks.by_type(NODE_GROUP), at_least=4)
     for group in groups:
         assert group.inputs["clusterName"] == "prod"
         assert group.inputs["version"] == "1.35"
         (subnet,) = group.inputs["subnetIds"]
-        assert subnet in cluster["vpcConfig"]["subnetIds"]
+        assert subnet in listed and subnet not in cluster["vpcConfig"]["subnetIds"]
         assert group.inputs["scalingConfig"]["minSize"] == 0
     (association,) = existing_eks.by_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
     assert association.inputs["clusterName"] == "prod"
@@ -144,11 +146,58 @@ def test_the_operator_and_autoscaler_reach_the_cluster_through_its_endpoint(exis
     assert releases["cluster-autoscaler"].inputs["values"]["autoDiscovery"]["clusterName"] == "prod"
 
 
-def test_listed_subnets_replace_the_clusters(existing_eks):
+def test_the_autoscaler_leaves_the_clusters_own_node_groups_alone(existing_eks):
+    """review-aws.md AN-B2: EKS tags every managed node group of a cluster `k8s.io/cluster-autoscaler/
+    enabled` and `.../<cluster>`; discovering by those, the layer's autoscaler would adopt and scale down the
+    cluster's other groups. It discovers its own tag only, every group of the layer carries it, and its role
+    may resize only groups with it. AN-A2: it runs on any node (the cluster's carry no label of ours)."""
+    layer_tag = "gpu-k8s.io/autoscale/gpus"
+    (release,) = [
+        r
+        for r in existing_eks.by_type("kubernetes:helm.sh/v3:Release")
+        if r.inputs["chart"] == "cluster-autoscaler"
+    ]
+    values = release.inputs["values"]
+    assert values["autoDiscovery"] == {"clusterName": "prod", "tags": [layer_tag]}
+    assert "nodeSelector" not in values
+    groups = existing_eks.by_type(NODE_GROUP)
+    tagged = [
+        r.inputs["tag"]
+        for r in existing_eks.by_type("aws:autoscaling/tag:Tag")
+        if r.inputs["tag"]["key"] == layer_tag
+    ]
+    assert len(tagged) == len(groups) >= 4
+    assert all(tag["value"] == "owned" and not tag["propagateAtLaunch"] for tag in tagged)
+    (policy,) = [
+        json.loads(r.inputs["policy"])
+        for r in existing_eks.by_type("aws:iam/rolePolicy:RolePolicy")
+        if "autoscaler" in r.name
+    ]
+    writes = [s for s in policy["Statement"] if "autoscaling:SetDesiredCapacity" in s["Action"]]
+    assert [s["Condition"] for s in writes] == [{"StringEquals": {f"aws:ResourceTag/{layer_tag}": "owned"}}]
+
+
+def test_the_example_projects_refresh_before_every_operation():
+    """review-aws.md AN-B3: the autoscaler owns the groups' sizes, which the program ignores; only a
+    refreshed state holds the running size."""
+    for example in (EXISTING_EKS, REPO_ROOT / "examples" / "team-quota"):
+        assert yaml.safe_load((example / "Pulumi.yaml").read_text())["options"]["refresh"] == "always"
+
+
+def test_listed_subnets_are_the_groups_and_two_in_one_zone_are_refused(existing_eks):
     chosen = ["subnet-0a1b2c3d4e5f60718", "subnet-0b2c3d4e5f6071829"]
     recording = plan_existing_eks({"subnetIds": chosen})
     subnets = {subnet for group in recording.by_type(NODE_GROUP) for subnet in group.inputs["subnetIds"]}
     assert subnets <= set(chosen) and subnets
+    # The mock account places subnet-0a1b... and subnet-0c3d... in one zone (us-east-1c, use1-az3).
+    with pytest.raises(ConfigError) as caught:
+        plan_existing_eks({"subnetIds": ["subnet-0a1b2c3d4e5f60718", "subnet-0c3d4e5f607182930"]})
+    message = str(caught.value)
+    assert (
+        'gpu-k8s:gpuLayer.subnetIds[1]: "subnet-0c3d4e5f607182930" - is in us-east-1c (use1-az3), like '
+        in message
+    )
+    assert "Fix: list one subnet per zone" in message
 
 
 @pytest.mark.parametrize(
@@ -168,6 +217,7 @@ def test_listed_subnets_replace_the_clusters(existing_eks):
         ({"cluster": "p" * 101}, "gpu-k8s:gpuLayer.cluster", ("1-100 letters",)),
         ({"subnetIds": ["subnet-0A1B2C3D4E5F60718"]}, "gpu-k8s:gpuLayer.subnetIds[0]", ("not a subnet ID",)),
         ({"subnetIds": ["null"]}, "gpu-k8s:gpuLayer.subnetIds[0]", ("not a subnet ID",)),
+        ({"subnetIds": []}, "gpu-k8s:gpuLayer.subnetIds", ("is required", "one per zone")),
         (
             {"subnetIds": ["subnet-0a1b2c3d4e5f60718", "subnet-0a1b2c3d4e5f60718"]},
             "gpu-k8s:gpuLayer.subnetIds[1]",

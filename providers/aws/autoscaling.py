@@ -131,14 +131,16 @@ class AutoscalerIdentity(pulumi.ComponentResource):
         cluster_name: pulumi.Input[str],
         cluster_label: str,
         opts: pulumi.ResourceOptions | None = None,
+        scope_tag: str | None = None,
     ):
+        """`scope_tag`: the Auto Scaling group tag its writes are limited to (default: the cluster's)."""
         super().__init__("gpu-k8s:aws:AutoscalerIdentity", name, None, opts)
         role = role_with_policies(
             name,
             pod_identity_trust_policy(),
             (),
             parent=self,
-            inline_policy=cluster_autoscaler_policy(cluster_label),
+            inline_policy=cluster_autoscaler_policy(cluster_label, scope_tag),
         )
         self.association = aws.eks.PodIdentityAssociation(
             f"{name}-association",

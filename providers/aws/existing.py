@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import pulumi
 import pulumi_aws as aws
@@ -66,7 +66,14 @@ from gpu_k8s.providers.aws.iam import EKS_NODE_POLICIES, role_with_policies, ser
 from gpu_k8s.providers.aws.location import aws_provider, cluster_tags, region_from_config
 from gpu_k8s.providers.aws.nodes import NodeGroupContext, gpu_node_pools
 from gpu_k8s.providers.aws.settings import AWS_POOL_RULES, AWS_SUBNET_ID, AwsNetwork
-from gpu_k8s.providers.aws.zones import ZonePlan, offering_issues, placement_guard, zone_issues, zone_plan
+from gpu_k8s.providers.aws.zones import (
+    Zone,
+    ZonePlan,
+    offering_issues,
+    placement_guard,
+    zone_issues,
+    zone_plan,
+)
 
 GPU_LAYER = "gpuLayer"
 # The EKS API's ClusterName shape (botocore's eks service model): 1-100 characters, a letter or digit
@@ -80,7 +87,8 @@ class ExistingEksSpec(StrictModel):
 
     # The EKS cluster's name (its id in the EKS API).
     cluster: str
-    # Private subnets for the GPU nodes, in the cluster's VPC. Empty: the cluster's own subnets.
+    # Private subnets for the GPU nodes, in the cluster's VPC, one per zone (required: the cluster's own
+    # subnets often include public ones).
     subnet_ids: tuple[str, ...] = ()
     gpu_pools: Annotated[tuple[GpuPoolSpec, ...], Field(min_length=1)]
     addon_versions: AddonVersions = AddonVersions()
@@ -117,6 +125,16 @@ def _layer_issues(spec: ExistingEksSpec) -> Iterable[ConfigIssue]:
             "letter or digit)",
             "use the name `aws eks list-clusters` shows",
         )
+    if not spec.subnet_ids:
+        yield ConfigIssue(
+            config_path("subnetIds"),
+            None,
+            "is required: the cluster's own subnets often include public ones, where a GPU node group fails "
+            "or its nodes get public addresses",
+            "list the private subnets of the cluster's VPC the GPU nodes go in, one per zone (aws ec2 "
+            "describe-route-tables: a private subnet's routes lead to a NAT gateway, not an internet "
+            "gateway)",
+        )
     seen: set[str] = set()
     for index, subnet in enumerate(spec.subnet_ids):
         where = config_path("subnetIds", index)
@@ -127,6 +145,21 @@ def _layer_issues(spec: ExistingEksSpec) -> Iterable[ConfigIssue]:
         elif subnet in seen:
             yield ConfigIssue(where, subnet, "listed twice", "list each subnet once")
         seen.add(subnet)
+
+
+def _one_subnet_per_zone(subnet_ids: Sequence[str], zones: Sequence[Zone]) -> Iterable[ConfigIssue]:
+    """A pool keeps one node group per listed subnet: two subnets of one zone would make two alike groups
+    there, which the autoscaler balances as if they were two zones."""
+    first: dict[str, str] = {}
+    for index, (subnet, zone) in enumerate(zip(subnet_ids, zones, strict=True)):
+        if zone.zone_id in first:
+            yield ConfigIssue(
+                config_path("subnetIds", index),
+                subnet,
+                f"is in {zone.name} ({zone.zone_id}), like {first[zone.zone_id]}",
+                "list one subnet per zone",
+            )
+        first.setdefault(zone.zone_id, subnet)
 
 
 def _cuda_issues(spec: ExistingEksSpec) -> Iterable[ConfigIssue]:
@@ -186,6 +219,19 @@ class ExistingEksGpuLayerArgs:
     placement: pulumi.Resource
 
 
+def layer_tag(layer: str) -> str:
+    """The tag of the layer's own Auto Scaling groups. EKS tags every managed node group of a cluster for
+    auto-discovery (`k8s.io/cluster-autoscaler/enabled`, `k8s.io/cluster-autoscaler/<cluster>`): an
+    autoscaler that discovered by those would adopt, and scale down, the cluster's other node groups."""
+    return f"gpu-k8s.io/autoscale/{layer}"
+
+
+def layer_autoscaler_values(layer: str, cluster_name: str, region: str) -> dict[str, Any]:
+    """The AWS autoscaler values, discovering the layer's groups only (chart autoDiscovery.tags)."""
+    values = autoscaler_cloud_values(cluster_name, region)
+    return {**values, "autoDiscovery": {**values["autoDiscovery"], "tags": [layer_tag(layer)]}}
+
+
 class ExistingEksGpuLayer(pulumi.ComponentResource):
     """GPU node pools, the GPU Operator and the cluster-autoscaler on an EKS cluster made elsewhere."""
 
@@ -210,6 +256,7 @@ class ExistingEksGpuLayer(pulumi.ComponentResource):
             cluster_unneeded_time=cluster_scale_down_unneeded_time(args.pools),
             launch_tags=cluster_tags(cluster.name),
             cluster_security_group_id=cluster.security_group_id,
+            discovery_tags={layer_tag(name): "owned"},
         )
         gpu_node_pools(name, args.pools, ctx, args.zones.pool_zones, args.placement, self)
         kubeconfig = pulumi.Output.secret(
@@ -226,7 +273,9 @@ class ExistingEksGpuLayer(pulumi.ComponentResource):
             system_ready=[],
             system_nodes=0,
         )
-        identity = AutoscalerIdentity(f"{name}-autoscaler-identity", cluster.name, cluster.name, opts=child)
+        identity = AutoscalerIdentity(
+            f"{name}-autoscaler-identity", cluster.name, cluster.name, opts=child, scope_tag=layer_tag(name)
+        )
         operator = GpuOperator(
             f"{name}-gpu-operator",
             GpuOperatorArgs(self.handle, args.spec.addon_versions.gpu_operator),
@@ -237,8 +286,9 @@ class ExistingEksGpuLayer(pulumi.ComponentResource):
             ClusterAutoscalerArgs(
                 cluster=self.handle,
                 chart_version=args.spec.addon_versions.cluster_autoscaler,
-                cloud_values=autoscaler_cloud_values(cluster.name, args.region),
+                cloud_values=layer_autoscaler_values(name, cluster.name, args.region),
                 identity=[identity.association],
+                node_selector={},
             ),
             opts=child,
         )
@@ -266,10 +316,11 @@ def build_existing_eks_gpu_layer(name: str, raw: object | None = None) -> GpuClu
     invoke = pulumi.InvokeOptions(provider=provider)
     cluster = existing_cluster(spec.cluster, invoke)
     raise_if_any(existing_cluster_issues(cluster))
-    network = AwsNetwork(vpc_id=cluster.vpc_id, private_subnet_ids=spec.subnet_ids or cluster.subnet_ids)
+    network = AwsNetwork(vpc_id=cluster.vpc_id, private_subnet_ids=spec.subnet_ids)
     zones = zone_plan(network, spec.gpu_pools, invoke)
     with config_root(GPU_LAYER_KEY):
         raise_if_any(
+            _one_subnet_per_zone(spec.subnet_ids, zones.zones),
             zone_issues(network, spec.gpu_pools, zones),
             node_group_issues(name, spec.gpu_pools, len(network.private_subnet_ids), catalog),
             platform_issues(spec, EKS_TRAITS, catalog),
@@ -278,7 +329,9 @@ def build_existing_eks_gpu_layer(name: str, raw: object | None = None) -> GpuClu
         unneeded_time = cluster_scale_down_unneeded_time(pools)
         raise_if_any(
             asg_tag_issues(
-                pools, lambda pool: scale_from_zero_tags(aws_node_template(pool, unneeded_time)), EKS_ASG_TAGS
+                pools,
+                lambda pool: scale_from_zero_tags(aws_node_template(pool, unneeded_time)),
+                EKS_ASG_TAGS + 1,  # and the layer's tag
             )
         )
         placement = placement_guard(name, spec.gpu_pools, zones)

@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
@@ -223,6 +223,9 @@ class NodeGroupContext:
     launch_tags: Mapping[str, str]
     # The EKS cluster security group, which EFA interfaces carry (None where no pool has EFA).
     cluster_security_group_id: pulumi.Input[str] | None = None
+    # Tags on every GPU group's Auto Scaling group besides the scale-from-zero ones (what the autoscaler
+    # discovers them by, where the cluster-wide tags EKS sets would also reach groups not ours).
+    discovery_tags: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -354,7 +357,10 @@ class GpuNodePool(pulumi.ComponentResource):
         template = _launch_template(
             name, spec.disk_size_gib, {**ctx.launch_tags, "Name": name}, self, block, efa
         )
-        tags = scale_from_zero_tags(aws_node_template(pool, ctx.cluster_unneeded_time))
+        tags = {
+            **scale_from_zero_tags(aws_node_template(pool, ctx.cluster_unneeded_time)),
+            **ctx.discovery_tags,
+        }
         self.node_groups = []
         for limits in zone_limits(spec.min_nodes, spec.max_nodes, zone_indexes):
             zone = limits.zone_index
