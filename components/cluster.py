@@ -36,6 +36,11 @@ GPU_TAINT_KEY = "nvidia.com/gpu"
 # Every slot is an `nvidia.com/gpu` to the scheduler: without it a training pod could land on a quarter of a
 # time-sliced GPU, or start a p5.48xlarge for one MIG slice. Pods meant for such pools tolerate it.
 SHARING_TAINT_KEY = "gpu-k8s.io/sharing"
+# Nodes of a pool whose interconnect is a device the pods ask for (AWS EFA interfaces) also carry
+# gpu-k8s.io/interconnect=<interconnect>:NoSchedule: without it any GPU pod that fits could start a
+# p5.48xlarge (review-aws.md AN-D1). Jobs for such pools tolerate it (Kueue adds the pool's tolerations to
+# the jobs it admits); the GPU Operator, the EFA device plugin and the autoscaler's templates carry it.
+INTERCONNECT_TAINT_KEY = "gpu-k8s.io/interconnect"
 POOL_LABEL = "gpu-k8s.io/pool"
 
 
@@ -167,6 +172,12 @@ def resolve_pools(spec: GpuLayerSpec, catalog: Catalog, traits: PlatformTraits) 
             if sharing.mode != "none"
             else ()
         )
+        interconnect_resources = spec.pool_rules.interconnect_resources(pool, machine)
+        interconnect_taints = (
+            (TaintSpec(key=INTERCONNECT_TAINT_KEY, value=str(pool.interconnect), effect="NoSchedule"),)
+            if interconnect_resources
+            else ()
+        )
         pools.append(
             GpuPool(
                 spec=pool,
@@ -174,8 +185,8 @@ def resolve_pools(spec: GpuLayerSpec, catalog: Catalog, traits: PlatformTraits) 
                 sharing=sharing,
                 offer=offer,
                 node_labels=labels,
-                taints=(gpu_taint, *sharing_taints, *pool.taints),
-                interconnect_resources=spec.pool_rules.interconnect_resources(pool, machine),
+                taints=(gpu_taint, *sharing_taints, *interconnect_taints, *pool.taints),
+                interconnect_resources=interconnect_resources,
             )
         )
     return tuple(pools)

@@ -57,9 +57,16 @@ def test_one_gpu_node_group_per_pool_with_nvidia_ami_taint_labels_and_min_zero(a
             if pool in SHARING_TAINT
             else []
         )
+        # The EFA pool takes only jobs that ask for its fabric (tests/test_efa.py).
+        interconnect = (
+            [{"key": "gpu-k8s.io/interconnect", "value": "efa", "effect": "NO_SCHEDULE"}]
+            if pool == "h100-train"
+            else []
+        )
         assert group["taints"] == [
             {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"},
             *sharing,
+            *interconnect,
         ]
         assert group["labels"]["k8s.amazonaws.com/accelerator"] == model
 
@@ -145,7 +152,8 @@ def test_asg_template_tags_match_the_pool_spec(aws_eks, pool):
     assert labels == group["labels"]
     taints = {k.removeprefix(f"{TEMPLATE_PREFIX}/taint/"): v for k, v in tags.items() if "/taint/" in k}
     sharing = {"gpu-k8s.io/sharing": f"{SHARING_TAINT[pool]}:NoSchedule"} if pool in SHARING_TAINT else {}
-    assert taints == {"nvidia.com/gpu": "true:NoSchedule", **sharing}
+    interconnect = {"gpu-k8s.io/interconnect": "efa:NoSchedule"} if pool == "h100-train" else {}
+    assert taints == {"nvidia.com/gpu": "true:NoSchedule", **sharing, **interconnect}
     resources = {
         k.removeprefix(f"{TEMPLATE_PREFIX}/resources/"): v for k, v in tags.items() if "/resources/" in k
     }

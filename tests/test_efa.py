@@ -74,7 +74,10 @@ def test_scale_from_zero_and_the_queue_know_the_interfaces(aws_eks):
 def test_the_efa_device_plugin_tolerates_the_efa_pools(aws_eks, gcp_gke, aws_k3s):
     release = aws_eks.by_name("ml-efa-device-plugin-release").inputs
     assert (release["chart"], release["version"]) == ("aws-efa-k8s-device-plugin", "v0.5.30")
-    assert release["values"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert release["values"]["tolerations"] == [
+        {"key": "gpu-k8s.io/interconnect", "operator": "Exists"},
+        {"key": "nvidia.com/gpu", "operator": "Exists"},
+    ]
     for without_efa in (gcp_gke, aws_k3s):  # the aws-k3s example stack has no EFA pool
         assert not [r for r in without_efa.registrations if "efa-device-plugin" in r.name]
     for name in ("ml-gpu-l40s-lt", "ml-gpu-h100-lt"):
@@ -235,7 +238,10 @@ def test_a_k3s_efa_node_reserves_the_huge_pages_its_template_advertises(aws_k3s_
 def test_k3s_runs_the_efa_device_plugin_tolerating_the_efa_pool(aws_k3s_efa):
     release = aws_k3s_efa.by_name("ml-efa-device-plugin-release").inputs
     assert (release["chart"], release["version"]) == ("aws-efa-k8s-device-plugin", "v0.5.30")
-    assert release["values"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert release["values"]["tolerations"] == [
+        {"key": "gpu-k8s.io/interconnect", "operator": "Exists"},
+        {"key": "nvidia.com/gpu", "operator": "Exists"},
+    ]
 
 
 def test_adding_an_efa_pool_to_a_running_k3s_cluster_changes_nothing_it_has(aws_k3s, aws_k3s_efa):
@@ -245,10 +251,21 @@ def test_adding_an_efa_pool_to_a_running_k3s_cluster_changes_nothing_it_has(aws_
     after = {r.urn: r for r in aws_k3s_efa.registrations}
     assert set(before) <= set(after)
     changed = {before[urn].name: urn for urn, r in before.items() if after[urn].inputs != r.inputs}
-    # Only the device plugin's configs, which gain the new pool's (as for any new pool), and the zone
-    # placement guard, which records where the new pool is placed; the autoscaler finds the new group by
-    # its tags.
-    assert sorted(changed) == ["ml-gpu-operator-device-plugin-config", "ml-zone-placement"]
+    # Only the device plugin's configs, which gain the new pool's (as for any new pool), the zone placement
+    # guard, which records where the new pool is placed, and the GPU Operator, whose pods tolerate the new
+    # pool's interconnect taint; the autoscaler finds the new group by its tags.
+    assert sorted(changed) == [
+        "ml-gpu-operator-device-plugin-config",
+        "ml-gpu-operator-release",
+        "ml-zone-placement",
+    ]
+    operator = changed.pop("ml-gpu-operator-release")
+    values_before, values_after = before[operator].inputs["values"], after[operator].inputs["values"]
+    toleration = {"key": "gpu-k8s.io/interconnect", "operator": "Exists", "effect": "NoSchedule"}
+    tolerations_after = values_after["daemonsets"]["tolerations"]
+    assert [t for t in tolerations_after if t not in values_before["daemonsets"]["tolerations"]] == [
+        toleration
+    ]
     placement = changed.pop("ml-zone-placement")
     pools_before, pools_after = before[placement].inputs["pools"], after[placement].inputs["pools"]
     assert set(pools_after) - set(pools_before) == {"train"}
@@ -271,3 +288,59 @@ def test_a_k3s_efa_pool_in_a_capacity_block_keeps_the_blocks_placement(aws_k3s_c
     assert not recording.by_type("aws:ec2/placementGroup:PlacementGroup")
     template = recording.by_name(f"{K3S_POOL}-lt").inputs
     assert len(template["networkInterfaces"]) == 32 and "placement" not in template
+
+
+INTERCONNECT_TAINT = {"key": "gpu-k8s.io/interconnect", "value": "efa", "effect": "NoSchedule"}
+
+
+def test_an_efa_pool_takes_only_work_that_asks_for_it(aws_eks, gcp_gke):
+    """review-aws.md AN-D1: with only the GPU taint, any GPU pod that fits could start a p5.48xlarge. The
+    EFA pool's nodes carry gpu-k8s.io/interconnect=efa:NoSchedule, which a group at zero shows the
+    autoscaler, the pool's Kueue flavor adds to the jobs it admits, the pod usage output names, and the GPU
+    Operator's and NFD's pods tolerate. Pools without an interconnect device (GKE compact) carry none."""
+    (group,) = [
+        g for g in aws_eks.by_type("aws:eks/nodeGroup:NodeGroup") if g.name.startswith("ml-gpu-h100-train")
+    ]
+    assert {"key": "gpu-k8s.io/interconnect", "value": "efa", "effect": "NO_SCHEDULE"} in group.inputs[
+        "taints"
+    ]
+    tags = {
+        t.inputs["tag"]["key"]: t.inputs["tag"]["value"]
+        for t in aws_eks.by_type("aws:autoscaling/tag:Tag")
+        if t.name.startswith("ml-gpu-h100-train-")
+    }
+    assert tags["k8s.io/cluster-autoscaler/node-template/taint/gpu-k8s.io/interconnect"] == "efa:NoSchedule"
+    flavor = aws_eks.by_name("ml-batch-h100-train-flavor").inputs["spec"]
+    assert {**INTERCONNECT_TAINT, "operator": "Equal"} in flavor["tolerations"]
+    (usage,) = [p["usage"] for p in aws_eks.outputs["gpuPools"] if p["name"] == "h100-train"]
+    assert {**INTERCONNECT_TAINT, "operator": "Equal"} in usage["tolerations"]
+    operator = aws_eks.by_name("ml-gpu-operator-release").inputs["values"]
+    expected = {"key": "gpu-k8s.io/interconnect", "operator": "Exists", "effect": "NoSchedule"}
+    assert expected in operator["daemonsets"]["tolerations"]
+    assert expected in operator["node-feature-discovery"]["worker"]["tolerations"]
+    # Pools without an interconnect, and GKE's compact placement (no device to ask for), carry none.
+    others = [
+        g
+        for g in aws_eks.by_type("aws:eks/nodeGroup:NodeGroup")
+        if not g.name.startswith("ml-gpu-h100-train")
+    ]
+    assert some(others, at_least=4)
+    assert not [
+        g.name
+        for g in others
+        if any(t["key"] == "gpu-k8s.io/interconnect" for t in g.inputs.get("taints") or [])
+    ]
+    for pool in gcp_gke.by_type("gcp:container/nodePool:NodePool"):
+        taints = (pool.inputs.get("nodeConfig") or {}).get("taints") or []
+        assert not [t for t in taints if t["key"] == "gpu-k8s.io/interconnect"], pool.name
+
+
+def test_a_k3s_efa_node_registers_with_the_interconnect_taint(aws_k3s_efa):
+    import base64
+
+    from gpu_k8s.components.k3s import cloudinit
+    from tests.conftest import node_drop_in, user_data_files
+
+    data = base64.b64decode(aws_k3s_efa.by_name("ml-gpu-train-lt").inputs["userData"]).decode()
+    node = node_drop_in(user_data_files(data)[cloudinit.BOOTSTRAP_FILE])
+    assert "gpu-k8s.io/interconnect=efa:NoSchedule" in node["node-taint"]

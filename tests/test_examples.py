@@ -236,12 +236,20 @@ def test_a_bad_layer_is_refused_under_its_key_before_any_resource(changes, path,
     assert registered == []
 
 
-def test_a_cluster_on_an_unsupported_kubernetes_is_refused_before_any_node_group():
+@pytest.mark.parametrize(
+    ("version", "fix"),
+    [
+        ("1.31", "upgrade the cluster first"),
+        # Newer than the operator supports: EKS cannot go back, so the fix is another gpu-k8s release.
+        ("1.37", "use a gpu-k8s release whose GPU Operator supports it"),
+    ],
+)
+def test_a_cluster_on_an_unsupported_kubernetes_is_refused_before_any_node_group(version, fix):
     with pytest.raises(ConfigError) as caught:
-        plan_existing_eks(mocks=_ExistingCluster(version="1.31"))
+        plan_existing_eks(mocks=_ExistingCluster(version=version))
     (issue,) = caught.value.issues
     assert issue.path == "gpu-k8s:gpuLayer.cluster"
-    assert "runs Kubernetes 1.31" in issue.problem
+    assert f"runs Kubernetes {version}" in issue.problem and issue.fix.startswith(fix)
 
 
 DDP_TRAINING = REPO_ROOT / "examples" / "ddp-training"

@@ -195,13 +195,20 @@ def existing_cluster(name: str, invoke: pulumi.InvokeOptions) -> ExistingCluster
 
 def existing_cluster_issues(cluster: ExistingCluster) -> Iterable[ConfigIssue]:
     if cluster.minor not in SUPPORTED_KUBERNETES_MINORS:
+        newer = _minor_key(cluster.minor) > _minor_key(SUPPORTED_KUBERNETES_MINORS[-1])
         yield ConfigIssue(
             f"{GPU_LAYER_KEY}.cluster",
             cluster.name,
             f"runs Kubernetes {cluster.minor}; the pinned GPU Operator {GPU_OPERATOR_CHART_VERSION} supports "
             f"{SUPPORTED_KUBERNETES_MINORS[0]}-{SUPPORTED_KUBERNETES_MINORS[-1]} only",
-            "upgrade the cluster first (aws eks update-cluster-version)",
+            "use a gpu-k8s release whose GPU Operator supports it (EKS clusters cannot be downgraded)"
+            if newer
+            else "upgrade the cluster first (aws eks update-cluster-version)",
         )
+
+
+def _minor_key(minor: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in minor.split("."))
 
 
 @dataclass(frozen=True)
