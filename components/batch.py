@@ -27,7 +27,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool
+from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool, pod_security_labels
 from gpu_k8s.components.helm import helm_release
 from gpu_k8s.components.spec import BatchSpec
 from gpu_k8s.components.yamltext import yaml_text
@@ -222,9 +222,12 @@ class BatchQueues(pulumi.ComponentResource):
     ):
         super().__init__("gpu-k8s:index:BatchQueues", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=cluster.k8s_provider)
+        # Team jobs and the two controllers need no host access: the cluster's Pod Security level, which
+        # on EKS and GKE nothing else sets (security.md S5: unlabelled namespaces admit privileged pods).
+        labels = pod_security_labels(cluster.traits.pod_security)
         kueue_namespace = k8s.core.v1.Namespace(
             f"{name}-kueue-namespace",
-            metadata={"name": KUEUE_NAMESPACE},
+            metadata={"name": KUEUE_NAMESPACE, "labels": labels},
             opts=pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=list(cluster.system_ready))
             ),
@@ -242,7 +245,7 @@ class BatchQueues(pulumi.ComponentResource):
         )
         jobset_namespace = k8s.core.v1.Namespace(
             f"{name}-jobset-namespace",
-            metadata={"name": JOBSET_NAMESPACE},
+            metadata={"name": JOBSET_NAMESPACE, "labels": labels},
             opts=pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=list(cluster.system_ready))
             ),
@@ -262,7 +265,7 @@ class BatchQueues(pulumi.ComponentResource):
         after_kueue = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[release]))
         team_namespaces = {
             namespace: k8s.core.v1.Namespace(
-                f"{name}-{namespace}-namespace", metadata={"name": namespace}, opts=child
+                f"{name}-{namespace}-namespace", metadata={"name": namespace, "labels": labels}, opts=child
             )
             for namespace in batch.namespaces
         }

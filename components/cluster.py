@@ -44,6 +44,19 @@ INTERCONNECT_TAINT_KEY = "gpu-k8s.io/interconnect"
 POOL_LABEL = "gpu-k8s.io/pool"
 
 
+def pod_security_labels(level: str) -> dict[str, str]:
+    """Labels of a namespace the toolkit makes for workloads or for an add-on that needs no host access:
+    `level` enforced, `restricted` warned of and audited (as k3s's cluster-wide default here)."""
+    return {
+        "pod-security.kubernetes.io/enforce": level,
+        "pod-security.kubernetes.io/enforce-version": "latest",
+        "pod-security.kubernetes.io/warn": "restricted",
+        "pod-security.kubernetes.io/warn-version": "latest",
+        "pod-security.kubernetes.io/audit": "restricted",
+        "pod-security.kubernetes.io/audit-version": "latest",
+    }
+
+
 @dataclass(frozen=True)
 class PlatformTraits:
     """Facts about how a platform runs GPUs, read by the operator and autoscaler components."""
@@ -76,6 +89,9 @@ class PlatformTraits:
     # A taint on the non-GPU nodes that keeps workloads off them (k3s servers hold the cluster's keys); the
     # add-ons that must run there tolerate it. None where those nodes take any pod.
     system_taint: TaintSpec | None = None
+    # The Pod Security level workloads run under (Kubernetes Pod Security Standards). EKS and GKE apply none
+    # cluster-wide, which admits privileged pods; k3s here sets its `podSecurity` for the whole cluster.
+    pod_security: Literal["baseline", "restricted"] = "baseline"
 
     @property
     def system_tolerations(self) -> list[dict[str, str]]:

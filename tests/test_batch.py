@@ -240,3 +240,43 @@ BAD_BATCH = [
 )
 def test_bad_batch_config_is_refused_before_any_resource(aws_eks_config, mutation, path, words):
     assert_refused_before_any_resource(aws_eks_config, mutation, path, words)
+
+
+def _namespace_labels(rec: Recording) -> dict[str, dict[str, str]]:
+    return {
+        r.inputs["metadata"]["name"]: r.inputs["metadata"].get("labels") or {}
+        for r in rec.by_type("kubernetes:core/v1:Namespace")
+    }
+
+
+@pytest.mark.parametrize(
+    ("stack", "changes", "level"),
+    [
+        ("aws-eks", {}, "baseline"),
+        ("gcp-gke", {"batch": {"namespaces": ["research"]}}, "baseline"),
+        (
+            "aws-k3s",
+            {"batch": {"namespaces": ["research"]}, "k3s": {"podSecurity": "restricted"}},
+            "restricted",
+        ),
+    ],
+)
+def test_every_namespace_the_toolkit_makes_carries_pod_security(stack, changes, level, request):
+    """security.md S5: EKS and GKE admit privileged pods in a namespace without Pod Security labels. Team
+    namespaces and the batch controllers' get the cluster's level enforced (k3s: its podSecurity, which a
+    label must not loosen) and restricted warned of. Privileged only where host access is the point: the
+    GPU Operator's operands, and on k3s the upgrade controller's jobs (they replace the k3s binary)."""
+    privileged = {"gpu-operator", "system-upgrade"}
+    config = copy.deepcopy(request.getfixturevalue(f"{stack.replace('-', '_')}_config"))
+    cluster = config["gpu-k8s:cluster"]
+    for key, value in changes.items():
+        cluster[key] = {**cluster.get(key, {}), **value}
+    labels = _namespace_labels(run_program(stack, config))
+    assert {"research", "kueue-system", "jobset-system", "gpu-operator"} <= set(labels)
+    for namespace, namespace_labels in labels.items():
+        if namespace in privileged:
+            assert namespace_labels["pod-security.kubernetes.io/enforce"] == "privileged", namespace
+            continue
+        assert namespace_labels["pod-security.kubernetes.io/enforce"] == level, namespace
+        assert namespace_labels["pod-security.kubernetes.io/warn"] == "restricted", namespace
+        assert namespace_labels["pod-security.kubernetes.io/audit"] == "restricted", namespace

@@ -48,6 +48,7 @@ def k3s_traits(spec: K3sClusterSpec, accelerator_label: str) -> PlatformTraits:
         accelerator_label=accelerator_label,
         containerd_socket=CONTAINERD_SOCKET,
         system_taint=SERVER_TAINT,
+        pod_security=spec.k3s.pod_security,
     )
 
 
