@@ -5,9 +5,10 @@ ID offers the pool's instance types, at most `maxNodes` of them, one for a pool 
 unrelated `pulumi up` after the cloud adds an offering in another zone, or after `maxNodes` goes down, would
 place the pool elsewhere: it deletes node groups with running nodes and moves a training pool's placement
 group (review-aws.md AN-B1). `ZonePlacement` records each pool's zones in the stack's state; its `check`,
-which the engine runs in the preview with the last update's values, refuses a plan that moves a pool the
-user did not place explicitly (`gpuPools[].zones`), before any node group changes: every GPU node group
-waits for it. A pool the user places is moved as the user says; a pool added or removed is not compared.
+which the engine runs in the preview with the last update's values, refuses a plan that would take a pool
+out of a zone it runs in when the user did not place it (`gpuPools[].zones`, or a Capacity Block, whose
+zone is the block's), before any node group changes: every GPU node group waits for it. Zones added beside
+the running ones pass; a pool added or removed is not compared.
 """
 
 from __future__ import annotations
@@ -38,16 +39,19 @@ def placement_issues(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[C
     recorded = olds.get("pools") or {}
     for name, pool in (news.get("pools") or {}).items():
         before = recorded.get(name)
-        if before is None or pool["pinned"] or list(before["zones"]) == list(pool["zones"]):
+        if before is None or pool["pinned"]:
             continue
+        # Zones added beside the running ones (a higher maxNodes) delete nothing.
         left = [zone for zone in before["zones"] if zone not in pool["zones"]]
+        if not left:
+            continue
         issues.append(
             ConfigIssue(
                 str(pool["path"]),
                 list(pool["zones"]),
                 f"pool {name}'s node groups run in {', '.join(before['zones'])}; this plan would place it in "
-                f"{', '.join(pool['zones'])} (the cloud's offerings, maxNodes or the pool's types changed)"
-                + (f", deleting its groups and their nodes in {', '.join(left)}" if left else ""),
+                f"{', '.join(pool['zones'])} (the cloud's offerings, maxNodes or the pool's types changed), "
+                f"deleting its groups and their nodes in {', '.join(left)}",
                 f"to keep it where it runs, set zones: [{', '.join(before['zones'])}]; to move it, set the "
                 "zones it should run in",
             )

@@ -70,6 +70,16 @@ def test_the_admin_kubeconfig_is_in_no_group_and_cluster_admin_only_through_its_
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
+def test_the_admin_binding_waits_for_the_api_only(platform, request):
+    """So the admin kubeconfig works even when an add-on's install fails, when it is needed to debug."""
+    rec: Recording = request.getfixturevalue(platform)
+    binding = rec.by_name("ml-admin-access")
+    waits_for = {rec.by_urn(urn).name for urn in binding.dependencies}
+    assert "ml-cloud-controller" not in waits_for and not [n for n in waits_for if "cloud-controller" in n]
+    assert any(name.startswith("ml-server-") for name in waits_for), waits_for
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
 def test_workloads_wait_for_the_admin_binding(platform, request):
     """The GPU Operator (like everything installed on the cluster) starts after the binding exists, so the
     kubeconfig output works as soon as the stack reports the cluster ready."""

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import json
+from typing import Any
 
 import pytest
 
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.providers.aws.autoscaling import TEMPLATE_PREFIX
-from gpu_k8s.tools.engine import Recording, Registration, Secret
-from tests.conftest import some
+from gpu_k8s.tools.engine import Recording, Registration, Secret, run_program
+from tests.conftest import assert_refused_before_any_resource, some
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 # name: (instance type, spot, maxNodes, disk GiB) as the example stack file says.
@@ -585,8 +587,11 @@ def test_what_groups_launch_carries_the_clusters_tag(aws_eks, aws_k3s):
             assert tags["gpu-k8s.io/cluster"] == "ml" and tags["Name"].startswith("ml-")
 
 
-def test_node_groups_run_the_recommended_ami_release_of_their_minor(aws_eks):
-    """A new AMI release (same minor) rolls the groups, so nodes are patched without a version bump."""
+def test_node_groups_roll_to_a_new_ami_release_only_when_asked(aws_eks, aws_eks_config):
+    """review-aws.md AN-B4: a new AMI release reached every node group on any `up`, draining GPU jobs. By
+    default each group keeps the release EKS gave it at creation (no releaseVersion sent); `latest` reads the
+    recommended release at every `up` (a new one rolls the groups, except a Capacity Block's, which EKS says
+    to upgrade at size 0); a written release pins every group to it."""
     from gpu_k8s.providers.aws.nodes import release_version_parameter
 
     assert release_version_parameter("1.35", "AL2023_x86_64_NVIDIA") == (
@@ -599,4 +604,41 @@ def test_node_groups_run_the_recommended_ami_release_of_their_minor(aws_eks):
     assert len(groups) == 12
     for group in groups:
         assert group.inputs["version"] == "1.35"
-        assert group.inputs["releaseVersion"].startswith("1.35."), group.name
+        assert "releaseVersion" not in group.inputs, group.name
+    assert not [i for i in aws_eks.invokes if i.token == "aws:ssm/getParameter:getParameter"]
+
+    def releases(value: str, pools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        config = copy.deepcopy(aws_eks_config)
+        config["gpu-k8s:cluster"]["eks"] = {"nodeImageRelease": value}
+        if pools is not None:
+            config["gpu-k8s:cluster"]["gpuPools"] = pools
+        rec = run_program("release", config)
+        return {g.name: g.inputs.get("releaseVersion") for g in rec.by_type("aws:eks/nodeGroup:NodeGroup")}
+
+    assert set(releases("1.35.2-20261110").values()) == {"1.35.2-20261110"}
+    latest = releases("latest")
+    assert all(str(value).startswith("1.35.") for value in latest.values()), latest
+    block = {
+        "name": "blk",
+        "instanceType": "p5.48xlarge",
+        "maxNodes": 2,
+        "capacityReservationId": "cr-02168da1478b509e0",
+    }
+    in_block = releases("latest", [block])
+    assert [value for name, value in in_block.items() if name.startswith("ml-gpu-blk")] == [None]
+
+
+@pytest.mark.parametrize(
+    ("release", "words"),
+    [
+        ("1.35.2", "is not an EKS AMI release"),
+        ("1.34.5-20261110", "is a release for Kubernetes 1.34, and kubernetesVersion is 1.35"),
+    ],
+)
+def test_a_node_image_release_that_cannot_be_is_refused(aws_eks_config, release, words):
+    def write(cluster: dict[str, Any]) -> None:
+        cluster["eks"] = {"nodeImageRelease": release}
+
+    assert_refused_before_any_resource(
+        aws_eks_config, write, "gpu-k8s:cluster.eks.nodeImageRelease", (words,)
+    )

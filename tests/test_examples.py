@@ -152,13 +152,15 @@ def test_the_autoscaler_leaves_the_clusters_own_node_groups_alone(existing_eks):
     cluster's other groups. It discovers its own tag only, every group of the layer carries it, and its role
     may resize only groups with it. AN-A2: it runs on any node (the cluster's carry no label of ours)."""
     layer_tag = "gpu-k8s.io/autoscale/gpus"
+    cluster_tag = "k8s.io/cluster-autoscaler/prod"
     (release,) = [
         r
         for r in existing_eks.by_type("kubernetes:helm.sh/v3:Release")
         if r.inputs["chart"] == "cluster-autoscaler"
     ]
     values = release.inputs["values"]
-    assert values["autoDiscovery"] == {"clusterName": "prod", "tags": [layer_tag]}
+    # Both tags: a layer of the same name on another cluster of the account carries the layer's tag too.
+    assert values["autoDiscovery"] == {"clusterName": "prod", "tags": [cluster_tag, layer_tag]}
     assert "nodeSelector" not in values
     groups = existing_eks.by_type(NODE_GROUP)
     tagged = [
@@ -174,7 +176,9 @@ def test_the_autoscaler_leaves_the_clusters_own_node_groups_alone(existing_eks):
         if "autoscaler" in r.name
     ]
     writes = [s for s in policy["Statement"] if "autoscaling:SetDesiredCapacity" in s["Action"]]
-    assert [s["Condition"] for s in writes] == [{"StringEquals": {f"aws:ResourceTag/{layer_tag}": "owned"}}]
+    assert [s["Condition"] for s in writes] == [
+        {"StringEquals": {f"aws:ResourceTag/{cluster_tag}": "owned", f"aws:ResourceTag/{layer_tag}": "owned"}}
+    ]
 
 
 def test_the_example_projects_refresh_before_every_operation():

@@ -1012,7 +1012,10 @@ def test_the_gce_cloud_controller_goes_first_and_reads_through_a_read_only_role(
         return False
 
     others = [
-        r for r in gcp_k3s.registrations if r.custom and r.type.startswith("kubernetes:") and r not in ccm
+        r
+        for r in gcp_k3s.registrations
+        # The admin binding schedules nothing, and waits for the API alone (tests/test_admin_access.py).
+        if r.custom and r.type.startswith("kubernetes:") and r not in ccm and r.name != "ml-admin-access"
     ]
     assert len(others) >= 5
     assert [r.name for r in others if not waits_for(r, daemonset.urn)] == []

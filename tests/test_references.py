@@ -10,6 +10,7 @@ name, with a message that names the resource and the source consulted.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import zipfile
@@ -21,7 +22,7 @@ import pytest
 from gpu_k8s.components.availability import AWS_OFFERINGS_FILE, GCP_ZONES_FILE, aws_offerings, gcp_offerings
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.tools import reference_data
-from gpu_k8s.tools.engine import Recording
+from gpu_k8s.tools.engine import Recording, run_program
 from gpu_k8s.tools.references import (
     ExternalName,
     ImageRef,
@@ -64,12 +65,11 @@ def test_every_name_a_plan_sends_exists(request, rendered, plan):
             "eks-addon",
             "eks-addon-service-account",
             "eks-access-policy",
-            "ssm-parameter",
             "aws-vpc-endpoint-service",
             "aws-instance-type",
             "image",
         },
-        "mixed_sharing": {"aws-managed-policy", "eks-addon", "ssm-parameter", "aws-instance-type", "image"},
+        "mixed_sharing": {"aws-managed-policy", "eks-addon", "aws-instance-type", "image"},
         "gcp_gke": {"gcp-role", "google-api", "gcp-machine-type", "gcp-accelerator", "image"},
         "aws_k3s": {"aws-managed-policy", "ssm-parameter", "aws-instance-type", "image"},
         "aws_k3s_efa": {"aws-managed-policy", "ssm-parameter", "aws-instance-type", "image"},
@@ -83,6 +83,19 @@ def test_every_name_a_plan_sends_exists(request, rendered, plan):
         "gcp_k3s": {"e2-standard-4", "g2-standard-8", "a2-highgpu-1g"},
     }.get(plan, set())
     assert {n.value for n in names if n.kind == "gcp-machine-type"} == machine_types
+    assert problems(names) == []
+
+
+def test_the_ami_release_parameters_latest_reads_exist(aws_eks_config):
+    """With `eks.nodeImageRelease: latest` every node group reads EKS's recommended release from its public
+    SSM parameter at every `up` (unset, none is read): each path must be one EKS publishes."""
+    config = copy.deepcopy(aws_eks_config)
+    config["gpu-k8s:cluster"]["eks"] = {"nodeImageRelease": "latest"}
+    names = [n for n in external_names(run_program("latest", config)) if n.kind == "ssm-parameter"]
+    assert {n.value for n in names} >= {
+        "/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia/recommended/release_version",
+        "/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/standard/recommended/release_version",
+    }
     assert problems(names) == []
 
 
@@ -164,8 +177,10 @@ PLANTED = [
         "not an EKS access policy",
         "eks.json (accessPolicies)",
     ),
+    # The AL2 path (EKS publishes AL2023's for these minors), planted where a plan reads a parameter at
+    # preview (aws-k3s: the Ubuntu AMI; aws-eks reads release parameters only with nodeImageRelease: latest).
     (
-        "aws_eks",
+        "aws_k3s",
         "ssm-parameter",
         "/aws/service/eks/optimized-ami/1.35/amazon-linux-2/x86_64/nvidia/recommended/release_version",
         None,

@@ -139,16 +139,37 @@ def test_a_training_pool_stays_in_its_zone_when_another_zone_starts_offering_its
     assert any("pool h100-train's node groups run in use1-az5" in r for r in reasons), reasons
 
 
-def test_pools_added_or_removed_and_the_first_up_are_not_compared():
+def test_pools_added_or_removed_zones_added_and_the_first_up_are_not_compared():
     recorded = {"pools": {"a": {"path": "p.a", "zones": ["use1-az2"], "pinned": False}}}
     assert placement_issues({}, recorded) == []
     added = {"pools": {**recorded["pools"], "b": {"path": "p.b", "zones": ["use1-az3"], "pinned": False}}}
     assert placement_issues(recorded, added) == []
     assert placement_issues(added, recorded) == []
+    # A higher maxNodes adds a zone and deletes nothing.
+    wider = {"pools": {"a": {"path": "p.a", "zones": ["use1-az2", "use1-az4"], "pinned": False}}}
+    assert placement_issues(recorded, wider) == []
     moved = {"pools": {"a": {"path": "p.a", "zones": ["use1-az3"], "pinned": False}}}
     (issue,) = placement_issues(recorded, moved)
     assert issue.path == "p.a"
     assert placement_issues(recorded, {"pools": {"a": {**moved["pools"]["a"], "pinned": True}}}) == []
+
+
+def test_a_capacity_block_pool_moves_with_its_block(aws_eks_config, dynamic_check: DynamicCheck):
+    """A new block in another zone is the user's move: recorded as placed, never refused (the guard's
+    usual fix, `zones`, is refused with a block)."""
+    block = {
+        "name": "blk",
+        "instanceType": "p5.48xlarge",
+        "maxNodes": 2,
+        "capacityReservationId": "cr-02168da1478b509e0",
+    }
+    config = copy.deepcopy(aws_eks_config)
+    config["gpu-k8s:cluster"]["gpuPools"].append(block)
+    provider, recorded = guard(run_program("aws-eks", config))
+    assert recorded["pools"]["blk"]["pinned"] is True
+    moved = copy.deepcopy(recorded)
+    moved["pools"]["blk"]["zones"] = ["use1-az2"]
+    assert dynamic_check(provider, recorded, moved) == []
 
 
 @pytest.mark.parametrize(

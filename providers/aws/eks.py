@@ -40,6 +40,7 @@ from gpu_k8s.providers.aws.network import Network
 from gpu_k8s.providers.aws.nodes import (
     AL2023_NVIDIA_DRIVER_BRANCH,
     AL2023_NVIDIA_FAMILIES,
+    LATEST_IMAGE_RELEASE,
     NodeGroupContext,
     gpu_node_pools,
     node_group_resource_name,
@@ -122,9 +123,37 @@ def eks_issues(spec: EksClusterSpec, catalog: Catalog) -> Iterable[ConfigIssue]:
     """What the generic validation cannot know: the admin principals, EKS's node group name limit and which
     GPU types the EKS NVIDIA AMIs cover."""
     yield from _admin_issues(spec.eks.admins)
+    yield from _image_release_issues(spec.eks.node_image_release, spec.kubernetes_version)
     net = spec.network
     zones = net.availability_zones if net.creates_vpc else len(net.private_subnet_ids)
     yield from node_group_issues(spec.name, spec.gpu_pools, zones, catalog)
+
+
+# An EKS AMI release as EKS's public SSM parameter and DescribeNodegroup print it: "<minor>.<patch>-<date>".
+IMAGE_RELEASE = re.compile(r"(\d+\.\d+)\.\d+-\d{8}", re.ASCII)
+
+
+def _image_release_issues(release: str | None, kubernetes_version: str) -> Iterable[ConfigIssue]:
+    if release is None or release == LATEST_IMAGE_RELEASE:
+        return
+    match = IMAGE_RELEASE.fullmatch(release)
+    where = config_path("eks", "nodeImageRelease")
+    if match is None:
+        yield ConfigIssue(
+            where,
+            release,
+            "is not an EKS AMI release",
+            f"write one as EKS prints it, e.g. {kubernetes_version}.2-20261110 (aws ssm get-parameter --name "
+            f"/aws/service/eks/optimized-ami/{kubernetes_version}/amazon-linux-2023/x86_64/nvidia/recommended/"
+            f"release_version), or {LATEST_IMAGE_RELEASE}",
+        )
+    elif match.group(1) != kubernetes_version:
+        yield ConfigIssue(
+            where,
+            release,
+            f"is a release for Kubernetes {match.group(1)}, and kubernetesVersion is {kubernetes_version}",
+            "move both together, or remove nodeImageRelease when you change kubernetesVersion",
+        )
 
 
 def node_group_issues(
@@ -289,6 +318,7 @@ class EksCluster(pulumi.ComponentResource):
             cluster_unneeded_time=cluster_scale_down_unneeded_time(pools),
             launch_tags=cluster_tags(spec.name),
             cluster_security_group_id=cluster.vpc_config.cluster_security_group_id,
+            image_release=spec.eks.node_image_release,
         )
         system_nodes = system_node_group(f"{name}-system", spec.system_pool, ctx, parent=self)
         coredns = addons.addon(name, "coredns", cluster.name, version, self, depends_on=[system_nodes])

@@ -234,9 +234,13 @@ def layer_tag(layer: str) -> str:
 
 
 def layer_autoscaler_values(layer: str, cluster_name: str, region: str) -> dict[str, Any]:
-    """The AWS autoscaler values, discovering the layer's groups only (chart autoDiscovery.tags)."""
+    """The AWS autoscaler values, discovering the layer's groups of this cluster only (chart
+    autoDiscovery.tags: every tag listed must be on a group): the cluster's tag, which EKS sets on every
+    managed node group of the cluster, and the layer's, which another layer of that name on another cluster
+    of the account also sets."""
     values = autoscaler_cloud_values(cluster_name, region)
-    return {**values, "autoDiscovery": {**values["autoDiscovery"], "tags": [layer_tag(layer)]}}
+    tags = [f"k8s.io/cluster-autoscaler/{cluster_name}", layer_tag(layer)]
+    return {**values, "autoDiscovery": {**values["autoDiscovery"], "tags": tags}}
 
 
 class ExistingEksGpuLayer(pulumi.ComponentResource):

@@ -518,8 +518,9 @@ class AwsK3sCluster(pulumi.ComponentResource):
             depends_on=[*servers_reachable, server_ccm],
         )
         system_ready: list[pulumi.Resource] = [*servers_reachable, cloud_controller]
+        # Only the API: the admin kubeconfig must work even when an add-on's install fails.
         system_ready.append(
-            admin_access_binding(name, control_plane.admin_user, k8s_provider, self, system_ready)
+            admin_access_binding(name, control_plane.admin_user, k8s_provider, self, servers_reachable)
         )
         ebs_csi = helm_release(
             f"{name}-ebs-csi",

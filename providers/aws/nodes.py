@@ -226,6 +226,8 @@ class NodeGroupContext:
     # Tags on every GPU group's Auto Scaling group besides the scale-from-zero ones (what the autoscaler
     # discovers them by, where the cluster-wide tags EKS sets would also reach groups not ours).
     discovery_tags: Mapping[str, str] = field(default_factory=dict)
+    # The AMI release of the node groups (`eks.nodeImageRelease`): None keeps each group's own.
+    image_release: str | None = None
 
 
 @dataclass(frozen=True)
@@ -266,6 +268,28 @@ def release_version_parameter(minor: str, ami_type: str) -> str:
     return RELEASE_VERSION_PARAMETER.format(minor=minor, arch=arch, flavour=flavour)
 
 
+LATEST_IMAGE_RELEASE = "latest"
+
+
+def image_release(
+    ctx: NodeGroupContext, shape: NodeShape, opts: pulumi.ResourceOptions
+) -> pulumi.Input[str] | None:
+    """The AMI release a group asks for. None (the default) leaves it to EKS, which takes the recommended
+    release when it creates the group and keeps it (release_version is optional and computed in the AWS
+    provider: a later `up` changes nothing), so no `up` drains running GPU jobs unless asked. "latest" is
+    the release EKS recommends now, read at every `up`: a new one rolls the group's nodes, one at a time
+    (GPU groups terminate first), except a Capacity Block's, which EKS says to upgrade only at size 0."""
+    release = ctx.image_release
+    if release is None or (release == LATEST_IMAGE_RELEASE and shape.capacity_type == "CAPACITY_BLOCK"):
+        return None
+    if release != LATEST_IMAGE_RELEASE:
+        return release
+    return aws.ssm.get_parameter_output(
+        name=release_version_parameter(ctx.kubernetes_version, shape.ami_type),
+        opts=pulumi.InvokeOutputOptions(parent=opts.parent),
+    ).value
+
+
 def _node_group(
     resource_name: str,
     shape: NodeShape,
@@ -276,17 +300,11 @@ def _node_group(
 ) -> aws.eks.NodeGroup:
     """A managed node group from a launch template (encrypted gp3 root, IMDSv2), one node at a time on
     updates."""
-    # The recommended AMI release, read at every `up` (the project refreshes first): a new release rolls the
-    # group's nodes (one at a time; GPU groups terminate first), so nodes get patched within a minor too.
-    release = aws.ssm.get_parameter_output(
-        name=release_version_parameter(ctx.kubernetes_version, shape.ami_type),
-        opts=pulumi.InvokeOutputOptions(parent=opts.parent),
-    ).value
     return aws.eks.NodeGroup(
         resource_name,
         cluster_name=ctx.cluster_name,
         version=ctx.kubernetes_version,
-        release_version=release,
+        release_version=image_release(ctx, shape, opts),
         node_role_arn=ctx.node_role_arn,
         subnet_ids=list(subnet_ids),
         # A Capacity Block's template names the type, and EKS refuses a type in both places.

@@ -57,6 +57,10 @@ class EksSpec(StrictModel):
     # IAM roles and users (ARNs) that get cluster-admin. Empty: whoever runs `pulumi up` (its role), which
     # changes when CI and a person take turns.
     admins: tuple[str, ...] = ()
+    # The EKS AMI release of every node group ("1.35.2-20261110"), or "latest" (the release EKS recommends
+    # for the minor, read at every `up`). Unset: each group keeps the release it was created with, so no
+    # `up` rolls running nodes unless asked.
+    node_image_release: str | None = None
 
 
 # A zone's name (us-east-1a) or its ID (use1-az1), as `aws ec2 describe-availability-zones` lists them.

@@ -226,7 +226,12 @@ def placement_guard(cluster_name: str, pools: Sequence[GpuPoolSpec], plan: ZoneP
         pulumi.log.warn(warning)
     return zone_placement(
         cluster_name,
-        placement_of([p.name for p in pools], pool_zone_ids(plan), [bool(p.zones) for p in pools]),
+        # A pool in a Capacity Block is placed by its block: moving to a new block moves it.
+        placement_of(
+            [p.name for p in pools],
+            pool_zone_ids(plan),
+            [bool(p.zones) or p.capacity_reservation_id is not None for p in pools],
+        ),
     )
 
 

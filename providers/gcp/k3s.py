@@ -421,8 +421,9 @@ class GcpK3sCluster(pulumi.ComponentResource):
             opts=child,
         )
         system_ready: list[pulumi.Resource] = [*servers_reachable, *cloud_controller.objects]
+        # Only the API: the admin kubeconfig must work even when an add-on's install fails.
         system_ready.append(
-            admin_access_binding(name, control_plane.admin_user, k8s_provider, self, system_ready)
+            admin_access_binding(name, control_plane.admin_user, k8s_provider, self, servers_reachable)
         )
         pd_manifests = pd_csi_manifests({POOL_LABEL: SYSTEM_POOL_NAME}, args.traits.system_tolerations)
         pd_csi_namespace = next(m for m in pd_manifests if m["kind"] == "Namespace")["metadata"]["name"]
