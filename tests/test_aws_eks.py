@@ -224,7 +224,10 @@ def test_addons_and_their_order(aws_eks):
         "eks-pod-identity-agent",
         "aws-ebs-csi-driver",
         "aws-efs-csi-driver",
+        # review-aws.md F16: node auto-repair acts on GPU faults (Xid) only where this agent reports them.
+        "eks-node-monitoring-agent",
     }
+    assert "podIdentityAssociations" not in addons["eks-node-monitoring-agent"].inputs
     system = aws_eks.by_name("ml-system")
     for name in ("vpc-cni", "kube-proxy", "eks-pod-identity-agent"):
         assert addons[name].urn in system.dependencies
@@ -449,6 +452,7 @@ def test_addons_follow_the_clusters_version(aws_eks):
         "coredns",
         "aws-ebs-csi-driver",
         "aws-efs-csi-driver",
+        "eks-node-monitoring-agent",
     }
     for addon in addons:
         assert re.fullmatch(r"v\d+\.\d+\.\d+-eksbuild\.\d+", addon.inputs["addonVersion"]), addon.name

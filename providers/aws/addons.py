@@ -1,4 +1,5 @@
-"""EKS add-ons (CNI, kube-proxy, CoreDNS, Pod Identity agent, EBS CSI) and the default StorageClass."""
+"""EKS add-ons (CNI, kube-proxy, CoreDNS, Pod Identity agent, EBS CSI, node monitoring agent) and the default
+StorageClass."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from gpu_k8s.providers.aws.iam import EBS_CSI_POLICIES, pod_identity_trust_polic
 # Add-ons the nodes need to become Ready; node groups wait for them.
 PRE_NODE_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
 EBS_CSI_ADDON = "aws-ebs-csi-driver"
+NODE_MONITORING_ADDON = "eks-node-monitoring-agent"
 EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 DEFAULT_STORAGE_CLASS = "gp3"
 

@@ -322,6 +322,11 @@ class EksCluster(pulumi.ComponentResource):
         )
         system_nodes = system_node_group(f"{name}-system", spec.system_pool, ctx, parent=self)
         coredns = addons.addon(name, "coredns", cluster.name, version, self, depends_on=[system_nodes])
+        # Node auto-repair acts on what this agent reports besides NotReady: GPU Xid errors, kernel, network
+        # and storage faults (aws/eks-node-monitoring-agent README). It runs on every node, GPU ones included.
+        addons.addon(
+            name, addons.NODE_MONITORING_ADDON, cluster.name, version, self, depends_on=[system_nodes]
+        )
         ebs_csi = addons.ebs_csi_driver(
             name, cluster.name, version, self, depends_on=[system_nodes, *pre_node_addons]
         )
