@@ -84,13 +84,19 @@ def resource_flavor(pool: GpuPool) -> dict[str, Any]:
     }
 
 
-def provisioning_request_config() -> dict[str, Any]:
-    """What Kueue puts in the ProvisioningRequest it makes for a job: the all-or-nothing class."""
+def provisioning_request_config(pools: Sequence[GpuPool]) -> dict[str, Any]:
+    """What Kueue puts in the ProvisioningRequest it makes for a job: the all-or-nothing class, for the pod
+    sets that ask for what the pools' quotas count (GPU slots, interconnect devices). A pod set without them
+    (a launcher, a leader on the system nodes) stays out of the request, which it could keep from ever
+    being satisfied (review-training.md T7; ProvisioningRequestConfig.spec.managedResources: "If not
+    empty, the ProvisioningRequest will contain only the podsets that are requesting at least one of
+    them", Kueue 0.19.2 CRD)."""
+    managed = sorted({name for pool in pools for name in queue_quota(pool)})
     return {
         "apiVersion": KUEUE_API,
         "kind": "ProvisioningRequestConfig",
         "metadata": {"name": PROVISIONING_CHECK},
-        "spec": {"provisioningClassName": ATOMIC_SCALE_UP},
+        "spec": {"provisioningClassName": ATOMIC_SCALE_UP, "managedResources": managed},
     }
 
 
@@ -180,8 +186,20 @@ def kueue_configuration(batch: BatchSpec) -> dict[str, Any]:
         },
         "clientConnection": {"qps": 300, "burst": 500},
         # Without blockAdmission: a job waiting minutes for its nodes does not hold back the others; its quota
-        # is reserved, so no other job takes its place meanwhile.
-        "waitForPodsReady": {"timeout": batch.pods_ready_timeout, "blockAdmission": False},
+        # is reserved, so no other job takes its place meanwhile. An evicted job keeps its place by creation
+        # time and waits longer each time (60 s doubling, at most 30 min), and after `requeueLimit` evictions
+        # it is deactivated instead of starting nodes again forever (review-training.md T3; Kueue 0.19.2
+        # apis/config/v1beta2 RequeuingStrategy).
+        "waitForPodsReady": {
+            "timeout": batch.pods_ready_timeout,
+            "blockAdmission": False,
+            "requeuingStrategy": {
+                "timestamp": "Creation",
+                "backoffLimitCount": batch.requeue_limit,
+                "backoffBaseSeconds": 60,
+                "backoffMaxSeconds": 1800,
+            },
+        },
         "managedJobsNamespaceSelector": {
             "matchExpressions": [
                 {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(batch.namespaces)}
@@ -272,7 +290,7 @@ class BatchQueues(pulumi.ComponentResource):
         checks: list[pulumi.Resource] = []
         if provisioning_request_crd is not None:
             config = _custom_resource(
-                f"{name}-provisioning-config", provisioning_request_config(), after_kueue
+                f"{name}-provisioning-config", provisioning_request_config(cluster.pools), after_kueue
             )
             checks.append(
                 _custom_resource(

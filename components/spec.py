@@ -186,6 +186,9 @@ class BatchSpec(StrictModel):
     # How long an admitted job may take until all its pods run (scaling a pool up from zero included);
     # after it, the job is evicted and queued again (Kueue waitForPodsReady).
     pods_ready_timeout: str = "30m"
+    # How many times an evicted job is queued again before Kueue deactivates it (`.spec.active: false`):
+    # a job that cannot start never keeps starting GPU nodes.
+    requeue_limit: Annotated[int, Field(ge=0, le=100)] = 6
 
 
 class StorageSpec(StrictModel):

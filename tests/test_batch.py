@@ -111,7 +111,18 @@ def test_a_job_is_admitted_once_the_autoscaler_has_provisioned_all_its_pods(aws_
     """Kueue's ProvisioningRequest admission check on every queue, with the all-or-nothing class; Kueue
     starts after the CRD (it sets the check up only if the CRD exists then), and so does the autoscaler."""
     (config,) = kueue_objects(aws_eks, "ProvisioningRequestConfig").values()
-    assert config["spec"] == {"provisioningClassName": "best-effort-atomic-scale-up.autoscaling.x-k8s.io"}
+    assert config["spec"]["provisioningClassName"] == "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+    # review-training.md T7: only pod sets that ask for what the quotas count go into the request, so a
+    # CPU-only launcher or leader cannot keep it from being satisfied.
+    covered = {
+        name
+        for queue in kueue_objects(aws_eks, "ClusterQueue").values()
+        for group in queue["spec"]["resourceGroups"]
+        for name in group["coveredResources"]
+    }
+    assert config["spec"]["managedResources"] == sorted(covered)
+    assert {"nvidia.com/gpu", "vpc.amazonaws.com/efa"} <= covered
+    assert not covered & {"cpu", "memory", "ephemeral-storage"}
     (check,) = kueue_objects(aws_eks, "AdmissionCheck").values()
     assert check["spec"]["controllerName"] == "kueue.x-k8s.io/provisioning-request"
     assert check["spec"]["parameters"] == {
@@ -231,6 +242,12 @@ BAD_BATCH = [
         "gpu-k8s:cluster.batch.podsReadyTimeout",
         ("not a duration",),
     ),
+    (
+        "negative-requeue",
+        set_path("batch.requeueLimit", -1),
+        "gpu-k8s:cluster.batch.requeueLimit",
+        ("at least 0",),
+    ),
     ("unknown-batch-key", set_path("batch.queues", 3), "gpu-k8s:cluster.batch.queues", ("unknown key",)),
 ]
 
@@ -280,3 +297,25 @@ def test_every_namespace_the_toolkit_makes_carries_pod_security(stack, changes, 
         assert namespace_labels["pod-security.kubernetes.io/enforce"] == level, namespace
         assert namespace_labels["pod-security.kubernetes.io/warn"] == "restricted", namespace
         assert namespace_labels["pod-security.kubernetes.io/audit"] == "restricted", namespace
+
+
+def test_an_evicted_job_is_requeued_a_bounded_number_of_times(aws_eks, aws_eks_config):
+    """review-training.md T3: without a requeuing strategy a job that cannot start is evicted and queued
+    again forever, starting GPU nodes each time. It keeps its place by creation time, waits longer each time
+    and is deactivated after `batch.requeueLimit` evictions (Kueue 0.19.2 RequeuingStrategy)."""
+    import yaml
+
+    def strategy(rec: Recording) -> dict[str, Any]:
+        (release,) = [r for r in rec.by_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "kueue"]
+        config = yaml.safe_load(release.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])
+        return config["waitForPodsReady"]["requeuingStrategy"]
+
+    assert strategy(aws_eks) == {
+        "timestamp": "Creation",
+        "backoffLimitCount": 6,
+        "backoffBaseSeconds": 60,
+        "backoffMaxSeconds": 1800,
+    }
+    config = copy.deepcopy(aws_eks_config)
+    config["gpu-k8s:cluster"]["batch"]["requeueLimit"] = 2
+    assert strategy(run_program("requeue", config))["backoffLimitCount"] == 2

@@ -678,7 +678,17 @@ def test_kueue_reads_all_or_nothing_admission_and_gpu_only_quotas_from_its_confi
         o for o in release.of_kind("ConfigMap") if "controller_manager_config.yaml" in o.get("data", {})
     ]
     configuration = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
-    assert configuration["waitForPodsReady"] == {"timeout": "30m", "blockAdmission": False}
+    assert configuration["waitForPodsReady"] == {
+        "timeout": "30m",
+        "blockAdmission": False,
+        # Bounded retries (tests/test_batch.py), as the chart renders them into Kueue's configuration.
+        "requeuingStrategy": {
+            "timestamp": "Creation",
+            "backoffLimitCount": 6,
+            "backoffBaseSeconds": 60,
+            "backoffMaxSeconds": 1800,
+        },
+    }
     assert configuration["resources"]["excludeResourcePrefixes"] == [
         "cpu",
         "memory",
