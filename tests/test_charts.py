@@ -588,8 +588,18 @@ def test_ebs_node_plugin_reads_its_node_from_kubernetes_not_imds(rendered):
 
 @pytest.mark.parametrize("plan", ["aws_eks", "aws_k3s"])
 def test_aws_autoscaler_balances_a_pools_zones(rendered, plan):
-    """Every AWS pool is one group per zone: the autoscaler spreads scale-ups over the alike groups."""
-    assert container_flags(rendered[plan, "cluster-autoscaler"])["balance-similar-node-groups"] == "true"
+    """Every AWS pool is one group per zone: the autoscaler spreads scale-ups over the alike groups, and the
+    per-node network topology labels of p4d/p5-class nodes do not make them unlike (review-aws.md AN-D2):
+    the chart renders one --balancing-ignore-label per layer."""
+    release = rendered[plan, "cluster-autoscaler"]
+    assert container_flags(release)["balance-similar-node-groups"] == "true"
+    container = the(the(release.of_kind("Deployment"))["spec"]["template"]["spec"]["containers"])
+    ignored = [
+        a.split("=", 1)[1]
+        for a in container["command"] + container.get("args", [])
+        if a.startswith("--balancing-ignore-label=")
+    ]
+    assert ignored == [f"topology.k8s.aws/network-node-layer-{layer}" for layer in (1, 2, 3, 4)]
 
 
 def test_operator_runs_on_shared_pools_despite_their_sharing_taint(rendered):

@@ -109,14 +109,25 @@ def zone_limits(min_nodes: int, max_nodes: int, zone_indexes: Sequence[int]) -> 
     ]
 
 
+# Labels a p4d/p5-class node carries that differ from node to node: one per network node above it, from
+# EC2 DescribeInstanceTopology (cloud-provider-aws v1.35.2 pkg/providers/v1/instances_v2.go and
+# well_known_labels.go; EKS sets the same on its nodes). Three layers, four on some UltraServer types.
+NETWORK_NODE_LABELS = tuple(f"topology.k8s.aws/network-node-layer-{layer}" for layer in range(1, 5))
+
+
 def autoscaler_cloud_values(cluster_name: str, region: str) -> dict[str, Any]:
     """Chart values for the AWS provider with ASG auto-discovery of this cluster's groups. A pool's per-zone
-    groups are alike but for their zone: the autoscaler spreads scale-ups over them."""
+    groups are alike but for their zone: the autoscaler spreads scale-ups over them. Once a group has a node
+    the autoscaler takes it as the group's template, so the per-node topology labels are ignored when it
+    compares groups; else a pool's zonal groups stop being alike, and an all-or-nothing scale-up that needs
+    two of them fails (review-aws.md AN-D2; the autoscaler's AWS ignore list lacks them). The chart renders
+    `<flag>_<n>` keys as repeated `--<flag>` arguments (templates/deployment.yaml, mustRegexFind "^[^_]+")."""
+    ignored = {f"balancing-ignore-label_{i}": label for i, label in enumerate(NETWORK_NODE_LABELS, start=1)}
     return {
         "cloudProvider": "aws",
         "awsRegion": region,
         "autoDiscovery": {"clusterName": cluster_name},
-        "extraArgs": {"balance-similar-node-groups": True},
+        "extraArgs": {"balance-similar-node-groups": True, **ignored},
     }
 
 
