@@ -646,3 +646,14 @@ def test_a_node_image_release_that_cannot_be_is_refused(aws_eks_config, release,
     assert_refused_before_any_resource(
         aws_eks_config, write, "gpu-k8s:cluster.eks.nodeImageRelease", (words,)
     )
+
+
+def test_the_ebs_csi_driver_reaches_only_the_volumes_it_made(aws_eks):
+    """security.md S12: the V1 policy reaches every volume of the account; V2 only volumes and snapshots
+    tagged ebs.csi.aws.com/cluster=true, which the driver puts on every volume it creates."""
+    attached = {
+        r.name: r.inputs["policyArn"]
+        for r in aws_eks.by_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if "ebs-csi" in r.name
+    }
+    assert list(attached.values()) == ["arn:aws:iam::aws:policy/AmazonEBSCSIDriverPolicyV2"], attached

@@ -42,7 +42,11 @@ SESSION_MANAGER_POLICY: dict[str, Any] = {
         }
     ],
 }
-EBS_CSI_POLICIES = (f"{MANAGED}service-role/AmazonEBSCSIDriverPolicy",)
+# V2 limits the driver to volumes and snapshots tagged ebs.csi.aws.com/cluster=true, which the driver puts
+# on every volume it creates (aws-ebs-csi-driver pkg/driver/controller.go volumeTags, AwsEbsDriverTagKey);
+# V1 reaches every volume of the account (security.md S12). V2 lives at the root path, V1 under
+# service-role/ (moto's copy of the managed-policy list, checked by tests/test_references.py).
+EBS_CSI_POLICIES = (f"{MANAGED}AmazonEBSCSIDriverPolicyV2",)
 # The EKS user guide's policy for the EFS CSI driver (storage/efs-csi.adoc): access points it makes are
 # tagged, and it deletes only tagged ones.
 EFS_CSI_POLICIES = (f"{MANAGED}service-role/AmazonEFSCSIDriverPolicy",)

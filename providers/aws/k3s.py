@@ -82,8 +82,8 @@ from gpu_k8s.providers.aws.efa import (
     install_efa_device_plugin,
 )
 from gpu_k8s.providers.aws.iam import (
+    EBS_CSI_POLICIES,
     EFS_CSI_POLICIES,
-    MANAGED,
     GrantedRole,
     cluster_autoscaler_policy,
     role_with_policies,
@@ -117,11 +117,9 @@ CAPACITY_LABEL = "gpu-k8s.io/capacity-type"
 UBUNTU_AMI_PARAMETER = "/aws/service/canonical/ubuntu/server/24.04/stable/current/{arch}/hvm/ebs-gp3/ami-id"
 UBUNTU_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 UBUNTU_ROOT_DEVICE = "/dev/sda1"
-# The EBS CSI controller runs on the servers with their instance role (no EKS Pod Identity here), limited by
-# policy V2 to volumes tagged for the driver; the agents' node plugin calls no AWS API. V2 lives at the root
-# path, unlike V1 under service-role/ (AWS managed policy reference; moto's copy of the managed-policy list,
-# checked by tests/test_references.py).
-SERVER_POLICIES = (f"{MANAGED}AmazonEBSCSIDriverPolicyV2",)
+# The EBS CSI controller runs on the servers with their instance role (no EKS Pod Identity here), with the
+# policy EKS gives it (V2: volumes tagged for the driver only); the agents' node plugin calls no AWS API.
+SERVER_POLICIES = EBS_CSI_POLICIES
 # Hop limit 1 on every node: an IMDSv2 token answer does not survive the hop into a pod's network namespace,
 # so only the node and host-network pods reach IMDS (on servers the cloud controller, the EBS and EFS CSI
 # controllers and the cluster-autoscaler; on agents the termination handler; the EBS node plugin reads its
