@@ -276,7 +276,8 @@ def image_release(
 ) -> pulumi.Input[str] | None:
     """The AMI release a group asks for. None (the default) leaves it to EKS, which takes the recommended
     release when it creates the group and keeps it (release_version is optional and computed in the AWS
-    provider: a later `up` changes nothing), so no `up` drains running GPU jobs unless asked. "latest" is
+    provider, so a later `up` changes nothing: recalled from its schema, UNCONFIRMED here), so no `up`
+    drains running GPU jobs unless asked. "latest" is
     the release EKS recommends now, read at every `up`: a new one rolls the group's nodes, one at a time
     (GPU groups terminate first), except a Capacity Block's, which EKS says to upgrade only at size 0."""
     release = ctx.image_release
