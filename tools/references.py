@@ -29,6 +29,7 @@ from gpu_k8s.components.availability import gcp_offerings
 from gpu_k8s.components.prices import gcp_cpu_types
 from gpu_k8s.tools.charts import CHARTS_ROOT, chart_sources
 from gpu_k8s.tools.engine import Recording, Registration
+from gpu_k8s.tools.iam_references import IAM_DOCUMENTS, iam_names, iam_problem
 from gpu_k8s.tools.reference_data import AWS_IAM_FILE, MOTO_WHEEL, REFERENCES, moto_offering_files
 
 MANAGED_POLICY_PREFIX = "arn:aws:iam::aws:policy"
@@ -66,7 +67,8 @@ def external_names(recording: Recording) -> list[ExternalName]:
 def _names_of(resource: Registration, region: str) -> Iterator[ExternalName]:
     inputs, name, kind = resource.inputs, resource.name, resource.type
     if kind in IAM_DOCUMENTS:
-        yield from _iam_names(str(inputs[IAM_DOCUMENTS[kind]]), name)
+        for name_kind, value, action in iam_names(str(inputs[IAM_DOCUMENTS[kind]])):
+            yield ExternalName(name_kind, value, name, action)
     if kind == "aws:iam/rolePolicyAttachment:RolePolicyAttachment":
         arn = str(inputs["policyArn"])
         if arn.startswith(MANAGED_POLICY_PREFIX):
@@ -118,36 +120,6 @@ def _names_of(resource: Registration, region: str) -> Iterator[ExternalName]:
     elif kind.startswith("kubernetes:") and kind != HELM_RELEASE:
         for image in _images_in(inputs):
             yield ExternalName("image", image, name)
-
-
-# The policy documents a plan writes, per resource type: the input that holds one.
-IAM_DOCUMENTS = {
-    "aws:iam/rolePolicy:RolePolicy": "policy",
-    "aws:iam/policy:Policy": "policy",
-    "aws:iam/role:Role": "assumeRolePolicy",
-    "aws:s3/bucketPolicy:BucketPolicy": "policy",
-}
-# Condition keys every action takes (IAM User Guide, "AWS global condition context keys"); only those the
-# stacks use.
-GLOBAL_CONDITION_KEYS = frozenset({"aws:securetransport"})
-
-
-def _as_list(value: Any) -> list[str]:
-    return [] if value is None else [value] if isinstance(value, str) else list(value)
-
-
-def _iam_names(document: str, resource: str) -> Iterator[ExternalName]:
-    """Each action of each statement; per action, the statement's resources and each condition key (a key
-    an action does not take makes the statement grant nothing for it, silently)."""
-    for statement in json.loads(document)["Statement"]:
-        resources = _as_list(statement.get("Resource"))
-        keys = [key for operator in (statement.get("Condition") or {}).values() for key in operator]
-        for action in _as_list(statement.get("Action")):
-            yield ExternalName("aws-iam-action", action, resource)
-            if resources and resources != ["*"]:
-                yield ExternalName("aws-iam-resource", " ".join(resources), resource, action)
-            for key in keys:
-                yield ExternalName("aws-iam-condition-key", key, resource, action)
 
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -376,7 +348,7 @@ def _problem(name: ExternalName, refs: References) -> str | None:
             return f"the policy is at path {actual}: {MANAGED_POLICY_PREFIX}{actual}{policy}"
         return None
     if name.kind.startswith("aws-iam-"):
-        return _iam_problem(name, refs.aws_iam)
+        return iam_problem(name.kind, name.value, name.place, refs.aws_iam)
     if name.kind == "eks-addon":
         return None if value in refs.eks["addons"] else "not an EKS add-on recorded with evidence"
     if name.kind == "eks-addon-service-account":
@@ -414,71 +386,6 @@ def _problem(name: ExternalName, refs: References) -> str | None:
     if name.kind == "image":
         return _image_problem(name, refs)
     return f"no check for names of kind {name.kind}"
-
-
-def _iam_action(action: str, services: Mapping[str, Any]) -> tuple[str, dict[str, list[str]]] | None:
-    """The action's service prefix and resource types, matched as IAM matches (case-insensitively)."""
-    prefix, _, verb = action.partition(":")
-    service = services.get(prefix.lower())
-    if service is None:
-        return None
-    for known, resource_types in service["actions"].items():
-        if known.lower() == verb.lower():
-            return prefix.lower(), resource_types
-    return None
-
-
-def _arn_regex(pattern: str, placeholder: str) -> str:
-    return "".join(
-        ".*" if part == placeholder else re.escape(part)
-        for part in re.split(f"({re.escape(placeholder)})", pattern)
-    )
-
-
-def _arn_fits(arn: str, arn_format: str) -> bool:
-    """Whether a policy's ARN (with `*` wildcards) and a resource type's format (`${Variable}` parts) can
-    name one resource: the ARN's pattern matches an instance of the format, or the format's pattern an
-    instance of the ARN."""
-    variables = re.compile(r"\$\{[^}]+\}")
-    format_instance = variables.sub("a1", arn_format.replace("${Partition}", "aws"))
-    if re.fullmatch(_arn_regex(arn, "*"), format_instance):
-        return True
-    format_pattern = "".join(
-        ".+" if variables.fullmatch(part) else re.escape(part)
-        for part in re.split(r"(\$\{[^}]+\})", arn_format.replace("${Partition}", "aws"))
-    )
-    return re.fullmatch(format_pattern, arn.replace("*", "a1")) is not None
-
-
-def _iam_problem(name: ExternalName, services: Mapping[str, Any]) -> str | None:
-    action = name.value if name.kind == "aws-iam-action" else name.place
-    prefix = action.partition(":")[0].lower()
-    if prefix not in services:
-        return f"service {prefix!r} is not in the table (add it to IAM_SERVICES and refresh)"
-    if "*" in action:
-        pattern = re.compile(_arn_regex(action.partition(":")[2].lower(), "*"))
-        known = [a for a in services[prefix]["actions"] if pattern.fullmatch(a.lower())]
-        return None if known or name.kind != "aws-iam-action" else "the wildcard matches no action"
-    found = _iam_action(action, services)
-    if found is None:
-        return "no such action" if name.kind == "aws-iam-action" else None  # reported as the action
-    _, resource_types = found
-    if name.kind == "aws-iam-action":
-        return None
-    if name.kind == "aws-iam-resource":
-        formats = [services[prefix]["resources"][kind] for kind in resource_types if kind]
-        if not formats:
-            return f"{action} takes no resource ARN, only *"
-        fits = any(_arn_fits(arn, f) for arn in name.value.split(" ") for f in formats)
-        return None if fits else f"no ARN fits a resource type of {action} ({', '.join(sorted(formats))})"
-    key = name.value.lower()
-    if key in GLOBAL_CONDITION_KEYS:
-        return None
-    taken = {k.lower() for keys in resource_types.values() for k in keys}
-    stems = {k.split("/${", 1)[0] + "/" for k in taken if "/${" in k}
-    if key in taken or any(key.startswith(stem) for stem in stems):
-        return None
-    return f"{action} takes no such condition key: the statement grants nothing for it"
 
 
 def _gcp_type_problem(name: ExternalName, refs: References) -> str | None:
