@@ -322,8 +322,11 @@ class EksCluster(pulumi.ComponentResource):
         )
         system_nodes = system_node_group(f"{name}-system", spec.system_pool, ctx, parent=self)
         coredns = addons.addon(name, "coredns", cluster.name, version, self, depends_on=[system_nodes])
-        # Node auto-repair acts on what this agent reports besides NotReady: GPU Xid errors, kernel, network
-        # and storage faults (aws/eks-node-monitoring-agent README). It runs on every node, GPU ones included.
+        # Node auto-repair acts on what this agent reports besides NotReady: GPU Xid errors (from kernel
+        # logs), kernel, network and storage faults (aws/eks-node-monitoring-agent README). Its agent runs on
+        # every node, GPU ones included; its DCGM server tolerates no taint, so DCGM's own health checks do
+        # not run on the tainted GPU nodes (the add-on's dcgmAgent.tolerations would change that; the live
+        # add-on's configuration schema is UNCONFIRMED here, so it is left at its default).
         addons.addon(
             name, addons.NODE_MONITORING_ADDON, cluster.name, version, self, depends_on=[system_nodes]
         )
