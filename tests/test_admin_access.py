@@ -107,11 +107,7 @@ def test_rotating_the_generation_moves_the_binding_and_leaves_the_deployer_alone
     binding subject; every copy of the previous kubeconfig names a user no binding grants anything."""
     config = request.getfixturevalue(platform)
     before = run_program(stack, config)
-    rotated_id = dict.fromkeys(("hex",), "0badcafe") | {
-        "dec": "195939070",
-        "b64Std": "C63K/g==",
-        "b64Url": "C63K_g",
-    }
+    rotated_id = {"hex": "0badcafe", "dec": "195939070", "b64Std": "C63K/g==", "b64Url": "C63K_g"}
     monkeypatch.setitem(
         engine._FAKE_PROVIDERS, "random:index/randomId:RandomId", lambda name, inputs: rotated_id
     )

@@ -62,7 +62,12 @@ from gpu_k8s.providers.aws.autoscaling import (
 )
 from gpu_k8s.providers.aws.efa import install_efa_device_plugin
 from gpu_k8s.providers.aws.eks import EKS_ASG_TAGS, EKS_TRAITS, node_group_issues, render_kubeconfig
-from gpu_k8s.providers.aws.iam import EKS_NODE_POLICIES, role_with_policies, service_trust_policy
+from gpu_k8s.providers.aws.iam import (
+    EKS_NODE_POLICIES,
+    cluster_autoscaler_tag,
+    role_with_policies,
+    service_trust_policy,
+)
 from gpu_k8s.providers.aws.location import aws_provider, cluster_tags, region_from_config
 from gpu_k8s.providers.aws.nodes import NodeGroupContext, gpu_node_pools
 from gpu_k8s.providers.aws.settings import AWS_POOL_RULES, AWS_SUBNET_ID, AwsNetwork
@@ -239,7 +244,7 @@ def layer_autoscaler_values(layer: str, cluster_name: str, region: str) -> dict[
     managed node group of the cluster, and the layer's, which another layer of that name on another cluster
     of the account also sets."""
     values = autoscaler_cloud_values(cluster_name, region)
-    tags = [f"k8s.io/cluster-autoscaler/{cluster_name}", layer_tag(layer)]
+    tags = [cluster_autoscaler_tag(cluster_name), layer_tag(layer)]
     return {**values, "autoDiscovery": {**values["autoDiscovery"], "tags": tags}}
 
 

@@ -86,6 +86,7 @@ from gpu_k8s.providers.aws.iam import (
     EFS_CSI_POLICIES,
     GrantedRole,
     cluster_autoscaler_policy,
+    cluster_autoscaler_tag,
     role_with_policies,
     service_trust_policy,
 )
@@ -187,7 +188,7 @@ def asg_tags(cluster_name: str, pool: GpuPool, cluster_unneeded_time: str) -> di
     template = dataclasses.replace(aws_node_template(pool, cluster_unneeded_time), labels=agent_labels(pool))
     return {
         AUTO_DISCOVERY_TAG: "true",
-        f"k8s.io/cluster-autoscaler/{cluster_name}": "owned",
+        cluster_autoscaler_tag(cluster_name): "owned",
         **scale_from_zero_tags(template),
     }
 
