@@ -19,6 +19,23 @@ if not yaml.__with_libyaml__:
     )
 
 
-def yaml_text(document: Any, *, sort_keys: bool = False, width: int = 80) -> str:
-    """`document` as block YAML (the `yaml.safe_dump` defaults, keys kept in order unless `sort_keys`)."""
-    return yaml.dump(document, Dumper=yaml.CSafeDumper, sort_keys=sort_keys, width=width)
+class _LiteralDumper(yaml.CSafeDumper):
+    """Multi-line strings as literal blocks (`|`): a script reads as itself, and takes fewer bytes than
+    quoted with escapes. libyaml falls back to quoting a string a literal block cannot hold (trailing spaces,
+    control characters)."""
+
+
+def _literal_multi_line(dumper: yaml.CSafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_LiteralDumper.add_representer(str, _literal_multi_line)
+
+
+def yaml_text(
+    document: Any, *, sort_keys: bool = False, width: int = 80, literal_blocks: bool = False
+) -> str:
+    """`document` as block YAML (the `yaml.safe_dump` defaults, keys kept in order unless `sort_keys`);
+    `literal_blocks`: multi-line strings as `|` blocks."""
+    dumper = _LiteralDumper if literal_blocks else yaml.CSafeDumper
+    return yaml.dump(document, Dumper=dumper, sort_keys=sort_keys, width=width)

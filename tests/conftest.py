@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import base64
 import copy
+import gzip
 import os
 import shutil
 import subprocess
@@ -270,9 +272,18 @@ def venv_tool(name: str) -> str:
     return found
 
 
+def ec2_cloud_config(inputs: dict[str, Any]) -> str:
+    """The cloud-config an EC2 instance (userDataBase64) or launch template (userData) hands cloud-init:
+    base64, gzipped; cloud-init uncompresses what starts with gzip's magic number."""
+    raw = base64.b64decode(inputs.get("userDataBase64") or inputs["userData"])
+    return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
+
+
 def user_data_files(user_data: str) -> dict[str, str]:
-    """The files a #cloud-config writes, by path."""
-    return {entry["path"]: entry["content"] for entry in yaml.safe_load(user_data)["write_files"]}
+    """The files a #cloud-config writes, by path, as cloud-init writes them."""
+    from tests.node_boot import file_content
+
+    return {entry["path"]: file_content(entry) for entry in yaml.safe_load(user_data)["write_files"]}
 
 
 def node_drop_in(bootstrap_script: str) -> dict[str, Any]:

@@ -42,11 +42,14 @@ AWS_ACCOUNT = "123456789012"
 GCE_TOKEN = "ya29.gpu-k8s-test-token"
 INSTALLER_HOST = "raw.githubusercontent.com"
 GCP_SECRETS_HOST = "secretmanager.googleapis.com"
+GCP_STORAGE_HOST = "storage.googleapis.com"
 # What the stand-in k3s installer records (the real one would download and start k3s).
 FAKE_INSTALLER = """#!/bin/sh
 {
   echo "INSTALL_K3S_VERSION=${INSTALL_K3S_VERSION:-}"
   echo "INSTALL_K3S_EXEC=${INSTALL_K3S_EXEC:-}"
+  echo "INSTALL_K3S_SKIP_ENABLE=${INSTALL_K3S_SKIP_ENABLE:-}"
+  echo "INSTALL_K3S_SKIP_START=${INSTALL_K3S_SKIP_START:-}"
   echo "ARGS=$*"
 } > /mnt/records/installer
 echo install >> /mnt/records/sequence
@@ -72,12 +75,16 @@ class Scenario:
     server_address: str | None = None  # the registration address agents wait for: an IP or a DNS name
     peer_addresses: list[str] = field(default_factory=list)  # a server's other servers (IPs)
     answering_peers: list[str] = field(default_factory=list)  # those of them that run k3s already
+    peer_refusals: int = 0  # the first N questions to those close the connection unanswered (k3s starting)
     secret_store_failures: int = 0  # the first N secret reads answer 503; -1: every one
     # AWS: what the instance profile's credentials are worth: valid, a wrong secret key (the store must
     # refuse the signature), or valid but without read permission (the store must refuse the call).
     aws_credentials: str = "valid"
     server_up: bool = True
     installer_failures: int = 0  # the first N runs of the install script fail, as a failed download would
+    # A server's snapshot bucket (named in its k3s config) and the keys it holds when the node boots.
+    snapshot_bucket: str = ""
+    bucket_objects: list[str] = field(default_factory=list)
     workdir: str = ""
 
     @property
@@ -127,6 +134,7 @@ class Fakes:
         self.secret_reads = 0
         self.secret_answers = 0
         self.installer_fetches = 0
+        self.peer_questions = 0
 
     def record(self, **entry: Any) -> None:
         with self.lock:
@@ -145,6 +153,11 @@ class Fakes:
             self.installer_fetches += 1
             failing = self.installer_fetches <= self.scenario.installer_failures
         return _text(200, FAILING_INSTALLER if failing else FAKE_INSTALLER)
+
+    def peer_refuses(self) -> bool:
+        with self.lock:
+            self.peer_questions += 1
+            return self.peer_questions <= self.scenario.peer_refusals
 
     def secret_answered(self, status: int) -> None:
         with self.lock:
@@ -173,6 +186,20 @@ def _handler(fakes: Fakes, respond):
         do_GET = do_PUT = do_POST = _serve
 
     return Handler
+
+
+def _peer_handler(fakes: Fakes):
+    """A running server's /cacerts; while it refuses, the connection closes without an answer."""
+    answer = _handler(fakes, lambda *a: _text(200, "server CA bundle"))
+
+    class Peer(answer):  # type: ignore[misc, valid-type]
+        def handle(self) -> None:
+            if fakes.peer_refuses():
+                fakes.record(host="peer", method="", path="", status=0, error="closed")
+                return
+            super().handle()
+
+    return Peer
 
 
 def _serve(address: str, port: int, handler, tls: ssl.SSLContext | None = None) -> None:
@@ -218,8 +245,14 @@ class AwsWorld:
         )
 
     def set_up(self) -> str:
-        """The role, its read permission on the secret, its STS credentials and the secret; returns the
-        secret's ARN. From then on every request is authenticated and authorised."""
+        """The role, its read permission on the secret (and on a server's snapshot bucket), its STS
+        credentials, the secret and the bucket; returns the secret's ARN. From then on every request is
+        authenticated and authorised."""
+        if self.scenario.snapshot_bucket:
+            s3 = self.client("s3")
+            s3.create_bucket(Bucket=self.scenario.snapshot_bucket)
+            for key in self.scenario.bucket_objects:
+                s3.put_object(Bucket=self.scenario.snapshot_bucket, Key=key, Body=b"snapshot")
         secrets = self.client("secretsmanager")
         arn = secrets.create_secret(
             Name=self.scenario.secret_id.rsplit(":", 1)[-1].rsplit("-", 1)[0],
@@ -239,7 +272,10 @@ class AwsWorld:
         # policy's scoping to the secret's ARN is checked by the IAM tests of the plan.
         read = {
             "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": "*"}],
+            "Statement": [
+                {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": "*"},
+                {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:PutObject"], "Resource": "*"},
+            ],
         }
         if self.scenario.aws_credentials != "no-permission":
             iam.put_role_policy(
@@ -257,6 +293,14 @@ class AwsWorld:
         }
         self._moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
         return arn
+
+    def bucket_objects(self) -> dict[str, int]:
+        """What the snapshot bucket holds after the boot (key: size), read without the node's credentials."""
+        if not self.scenario.snapshot_bucket:
+            return {}
+        self._moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")
+        listed = self.client("s3").list_objects_v2(Bucket=self.scenario.snapshot_bucket).get("Contents", [])
+        return {entry["Key"]: entry["Size"] for entry in listed}
 
     def metadata(self, method: str, host: str, path: str, headers: Any, body: bytes):
         if method == "PUT" and path == "/latest/api/token":
@@ -295,6 +339,33 @@ class GceWorld:
     def __init__(self, fakes: Fakes):
         self.fakes = fakes
         self.scenario = fakes.scenario
+        self.objects = {key: len(b"snapshot") for key in self.scenario.bucket_objects}
+
+    def bucket_objects(self) -> dict[str, int]:
+        return dict(self.objects)
+
+    def storage(self, method: str, path: str, body: bytes):
+        """Cloud Storage's JSON API: objects.list and a media upload, to the server's bucket only."""
+        from urllib.parse import parse_qs, urlsplit
+
+        url = urlsplit(path)
+        query = {key: values[0] for key, values in parse_qs(url.query).items()}
+        bucket = self.scenario.snapshot_bucket
+        if method == "GET" and url.path == f"/storage/v1/b/{bucket}/o":
+            names = sorted(self.objects)[: int(query.get("maxResults", "1000"))]
+            document = {
+                "kind": "storage#objects",
+                **({"items": [{"name": n} for n in names]} if names else {}),
+            }
+            return _text(200, json.dumps(document), "application/json")
+        if (
+            method == "POST"
+            and url.path == f"/upload/storage/v1/b/{bucket}/o"
+            and query.get("uploadType") == "media"
+        ):
+            self.objects[query["name"]] = len(body)
+            return _text(200, json.dumps({"name": query["name"], "bucket": bucket}), "application/json")
+        return _text(404, '{"error": {"code": 404}}', "application/json")
 
     def metadata(self, method: str, host: str, path: str, headers: Any, body: bytes):
         if headers.get("Metadata-Flavor") != "Google":
@@ -318,10 +389,12 @@ class GceWorld:
     def https(self, method: str, host: str, path: str, headers: Any, body: bytes):
         if host == INSTALLER_HOST:
             return self.fakes.installer(path)
-        if host != GCP_SECRETS_HOST:
+        if host not in (GCP_SECRETS_HOST, GCP_STORAGE_HOST):
             return _text(404, "unknown host")
         if headers.get("Authorization") != f"Bearer {GCE_TOKEN}":
             return _text(401, "bad token")
+        if host == GCP_STORAGE_HOST:
+            return self.storage(method, path, body)
         if path != f"/v1/{self.scenario.secret_id}/versions/latest:access":
             return _text(404, "no such secret")
         if self.fakes.secret_store_down():
@@ -434,12 +507,19 @@ def _prepare_root(workdir: Path, hosts_file: Path, ca_bundle: str) -> Path:
     return root
 
 
+def file_content(entry: dict[str, Any]) -> str:
+    """A write_files entry's content as cloud-init writes it (the renders use no `encoding`)."""
+    assert "encoding" not in entry, f"{entry['path']}: the harness reads plain content only"
+    return entry["content"]
+
+
 def _cloud_init(root: Path, document: dict[str, Any]) -> int:
-    """cloud-init's write_files (mode and owner as given), then each runcmd entry in order."""
+    """cloud-init's write_files (content decoded, mode and owner as given), then each runcmd entry in
+    order."""
     for entry in document.get("write_files", []):
         target = root / entry["path"].lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(entry["content"])
+        target.write_text(file_content(entry))
         target.chmod(int(entry.get("permissions", "0644"), 8))
         os.chown(target, 0, 0)
     for command in document.get("runcmd", []):
@@ -469,7 +549,8 @@ def main(workdir: Path) -> None:
     secrets_host = (
         f"secretsmanager.{scenario.region}.amazonaws.com" if scenario.cloud == "aws" else GCP_SECRETS_HOST
     )
-    tls, ca_bundle = _make_tls(workdir, [secrets_host, INSTALLER_HOST])
+    storage_host = f"s3.{scenario.region}.amazonaws.com" if scenario.cloud == "aws" else GCP_STORAGE_HOST
+    tls, ca_bundle = _make_tls(workdir, [secrets_host, storage_host, INSTALLER_HOST])
     world: AwsWorld | GceWorld = AwsWorld(fakes, ca_bundle) if scenario.cloud == "aws" else GceWorld(fakes)
     _serve(METADATA_ADDRESS, 80, _handler(fakes, world.metadata))
     _serve("127.0.0.1", 443, _handler(fakes, world.https), tls)
@@ -481,11 +562,11 @@ def main(workdir: Path) -> None:
     if scenario.server_address and scenario.server_up:
         answering.append(scenario.server_address)
     for host in answering:
-        _serve(addresses[host], 6443, _handler(fakes, lambda *a: _text(200, "server CA bundle")), tls)
+        _serve(addresses[host], 6443, _peer_handler(fakes), tls)
     hosts = workdir / "hosts"
     hosts.write_text(
         "127.0.0.1 localhost\n"
-        f"127.0.0.1 {secrets_host} {INSTALLER_HOST}\n"
+        f"127.0.0.1 {secrets_host} {storage_host} {INSTALLER_HOST}\n"
         f"{METADATA_ADDRESS} metadata.google.internal\n"
         + "".join(f"{address} {host}\n" for host, address in addresses.items() if host != address)
     )
@@ -500,6 +581,7 @@ def main(workdir: Path) -> None:
         "secret_reads": fakes.secret_reads,
         "secret_answers": fakes.secret_answers,
         "installer_fetches": fakes.installer_fetches,
+        "bucket_objects": world.bucket_objects(),
         "fakes": records,
     }
     (workdir / "outcome.json").write_text(json.dumps(outcome))

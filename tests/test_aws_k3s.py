@@ -22,6 +22,7 @@ from gpu_k8s.tools import reference_data
 from gpu_k8s.tools.engine import Recording, Registration, Secret, run_program
 from tests.conftest import (
     assert_refused_before_any_resource,
+    ec2_cloud_config,
     node_drop_in,
     set_path,
     some,
@@ -38,7 +39,7 @@ LEAF = ("server-ca", "client-ca", "request-header-ca", "etcd/peer-ca", "etcd/ser
 
 
 def agent_user_data(rec: Recording, pool: str) -> str:
-    return base64.b64decode(rec.by_name(f"ml-gpu-{pool}-lt").inputs["userData"]).decode()
+    return ec2_cloud_config(rec.by_name(f"ml-gpu-{pool}-lt").inputs)
 
 
 def secret_payload(rec: Recording, audience: str) -> dict[str, str]:
@@ -134,7 +135,7 @@ def test_secret_material_is_secret_everywhere_and_absent_from_user_data(aws_k3s)
     files = secret_payload(aws_k3s, "servers")
     needles = [files[cloudinit.TOKEN_FILE], files[cloudinit.AGENT_TOKEN_FILE]]
     needles += [content for path, content in files.items() if path.endswith((".key",))]
-    texts = [r.inputs["userData"] for r in aws_k3s.by_type("aws:ec2/instance:Instance")]
+    texts = [ec2_cloud_config(r.inputs) for r in aws_k3s.by_type("aws:ec2/instance:Instance")]
     texts += [agent_user_data(aws_k3s, pool) for pool in ("l4", "h100")]
     for text in texts:
         assert isinstance(text, str)
@@ -217,17 +218,20 @@ def test_one_server_by_default_opens_no_etcd_ports_and_is_its_own_registration_a
         agent_server_url(rec, "l4") == f"https://{rec.by_name('ml-server-0-eni').outputs['privateIp']}:6443"
     )
     # It founds the cluster without asking anyone; embedded etcd, so snapshots exist.
-    script = user_data_files(rec.by_name("ml-server-0").inputs["userData"])[cloudinit.BOOTSTRAP_FILE]
-    assert "the only server: founding the cluster" in script and "peers=(" not in script
+    script = user_data_files(ec2_cloud_config(rec.by_name("ml-server-0").inputs))[cloudinit.BOOTSTRAP_FILE]
+    assert 'log "founding the cluster"' in script and "peers=(" not in script
+    assert "snapshot_store.py founded" in script  # not again if the bucket shows it was
 
 
 def agent_server_url(rec: Recording, pool: str) -> str:
-    user_data = base64.b64decode(rec.by_name(f"ml-gpu-{pool}-lt").inputs["userData"]).decode()
+    user_data = ec2_cloud_config(rec.by_name(f"ml-gpu-{pool}-lt").inputs)
     return yaml.safe_load(user_data_files(user_data)[f"{cloudinit.CONFIG_DIR}/config.yaml"])["server"]
 
 
 def server_peers(rec: Recording, index: int) -> list[str]:
-    script = user_data_files(rec.by_name(f"ml-server-{index}").inputs["userData"])[cloudinit.BOOTSTRAP_FILE]
+    script = user_data_files(ec2_cloud_config(rec.by_name(f"ml-server-{index}").inputs))[
+        cloudinit.BOOTSTRAP_FILE
+    ]
     (line,) = [line for line in script.splitlines() if line.startswith("peers=(")]
     return line.removeprefix("peers=(").removesuffix(")").split()
 
@@ -251,10 +255,10 @@ def test_servers_are_private_imdsv2_encrypted_with_stable_addresses(aws_k3s):
         interface = aws_k3s.by_name(f"ml-server-{index}-eni")
         assert inputs["networkInterfaces"] == [{"networkInterfaceId": interface.id, "deviceIndex": 0}]
         # First-boot data: a change must not stop and start every server (upgrades go in place).
-        assert server.options["ignoreChanges"] == ["ami", "userData"]
+        assert server.options["ignoreChanges"] == ["ami", "userData", "userDataBase64"]
         # No pod gets an IMDSv2 token: the add-ons that use the role run on the host network.
         assert inputs["metadataOptions"]["httpPutResponseHopLimit"] == 1
-        files = user_data_files(inputs["userData"])
+        files = user_data_files(ec2_cloud_config(inputs))
         assert cloudinit.POD_METADATA_BLOCK_FILE in files
         config = yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])
         # The names the kubeconfig and the agents reach the API by are in every server's certificate.
@@ -625,7 +629,7 @@ def test_servers_ship_etcd_snapshots_to_the_clusters_bucket_with_their_role(aws_
     name = bucket.outputs["bucket"]
     assert name.startswith("ml-etcd-")
     for index in range(3):
-        files = user_data_files(aws_k3s.by_name(f"ml-server-{index}").inputs["userData"])
+        files = user_data_files(ec2_cloud_config(aws_k3s.by_name(f"ml-server-{index}").inputs))
         config = yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])
         assert {key: value for key, value in config.items() if key.startswith("etcd-")} == {
             "etcd-snapshot-schedule-cron": "0 */6 * * *",
@@ -693,11 +697,11 @@ def test_only_the_servers_may_write_snapshots_and_only_to_their_bucket(aws_k3s):
 
 def test_every_node_defers_to_the_aws_cloud_controller_and_is_named_after_its_instance(aws_k3s):
     scripts = [
-        user_data_files(aws_k3s.by_name(f"ml-server-{i}").inputs["userData"])[cloudinit.BOOTSTRAP_FILE]
+        user_data_files(ec2_cloud_config(aws_k3s.by_name(f"ml-server-{i}").inputs))[cloudinit.BOOTSTRAP_FILE]
         for i in range(3)
     ]
     scripts += [
-        user_data_files(base64.b64decode(aws_k3s.by_name(f"ml-gpu-{pool}-lt").inputs["userData"]).decode())[
+        user_data_files(ec2_cloud_config(aws_k3s.by_name(f"ml-gpu-{pool}-lt").inputs))[
             cloudinit.BOOTSTRAP_FILE
         ]
         for pool in ("l4", "h100")
@@ -707,7 +711,7 @@ def test_every_node_defers_to_the_aws_cloud_controller_and_is_named_after_its_in
         assert "cloud-provider=external" in node["kubelet-arg"]
         assert node["node-name"] == "${NODE_NAME}"
     for index in range(3):
-        files = user_data_files(aws_k3s.by_name(f"ml-server-{index}").inputs["userData"])
+        files = user_data_files(ec2_cloud_config(aws_k3s.by_name(f"ml-server-{index}").inputs))
         assert (
             yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])["disable-cloud-controller"] is True
         )

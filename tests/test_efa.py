@@ -12,7 +12,13 @@ import pytest
 import yaml
 
 from gpu_k8s.tools.engine import Recording, run_program
-from tests.conftest import AWS_K3S_EFA_POOL, assert_refused_before_any_resource, set_path, some
+from tests.conftest import (
+    AWS_K3S_EFA_POOL,
+    assert_refused_before_any_resource,
+    ec2_cloud_config,
+    set_path,
+    some,
+)
 
 POOL = "ml-gpu-h100-train"
 EFA = "vpc.amazonaws.com/efa"
@@ -214,12 +220,12 @@ def test_a_k3s_efa_node_reserves_the_huge_pages_its_template_advertises(aws_k3s_
     """The agent's kernel reserves 5128 huge pages before k3s starts, the kubelet reports them, and a pool
     at zero shows the autoscaler exactly that much (`hugepages-2Mi` = 5128 x 2Mi) next to its 32 EFAs. k3s
     (and so containerd and every container) runs without a locked-memory cap."""
-    import base64
 
     from gpu_k8s.components.k3s.cloudinit import AGENT_POOL_UNIT_DROP_IN, POOL_SYSCTL_FILE
+    from tests.node_boot import file_content
 
-    user_data = yaml.safe_load(base64.b64decode(aws_k3s_efa.by_name(f"{K3S_POOL}-lt").inputs["userData"]))
-    files = {f["path"]: f["content"] for f in user_data["write_files"]}
+    user_data = yaml.safe_load(ec2_cloud_config(aws_k3s_efa.by_name(f"{K3S_POOL}-lt").inputs))
+    files = {f["path"]: file_content(f) for f in user_data["write_files"]}
     assert files[POOL_SYSCTL_FILE] == "vm.nr_hugepages=5128\n"
     assert files[AGENT_POOL_UNIT_DROP_IN] == "[Service]\nLimitMEMLOCK=infinity\n"
     (group,) = [g for g in aws_k3s_efa.by_type("aws:autoscaling/group:Group") if g.name.startswith(K3S_POOL)]
@@ -231,7 +237,7 @@ def test_a_k3s_efa_node_reserves_the_huge_pages_its_template_advertises(aws_k3s_
     assert tags[EFA] == "32"
     assert tags["hugepages-2Mi"] == f"{5128 * 2}Mi"
     # Pools without EFA get neither.
-    other = yaml.safe_load(base64.b64decode(aws_k3s_efa.by_name("ml-gpu-l4-lt").inputs["userData"]))
+    other = yaml.safe_load(ec2_cloud_config(aws_k3s_efa.by_name("ml-gpu-l4-lt").inputs))
     assert not {POOL_SYSCTL_FILE, AGENT_POOL_UNIT_DROP_IN} & {f["path"] for f in other["write_files"]}
 
 
@@ -336,11 +342,10 @@ def test_an_efa_pool_takes_only_work_that_asks_for_it(aws_eks, gcp_gke):
 
 
 def test_a_k3s_efa_node_registers_with_the_interconnect_taint(aws_k3s_efa):
-    import base64
 
     from gpu_k8s.components.k3s import cloudinit
     from tests.conftest import node_drop_in, user_data_files
 
-    data = base64.b64decode(aws_k3s_efa.by_name("ml-gpu-train-lt").inputs["userData"]).decode()
+    data = ec2_cloud_config(aws_k3s_efa.by_name("ml-gpu-train-lt").inputs)
     node = node_drop_in(user_data_files(data)[cloudinit.BOOTSTRAP_FILE])
     assert "gpu-k8s.io/interconnect=efa:NoSchedule" in node["node-taint"]

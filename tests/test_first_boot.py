@@ -7,7 +7,7 @@ These need root (namespaces, overlay and chroot), as CI and the quickstart run t
 
 from __future__ import annotations
 
-import base64
+import copy
 import json
 import os
 import re
@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_k8s.tools.engine import Recording, Secret
+from gpu_k8s.tools.engine import Recording, Secret, run_program
+from tests.conftest import ec2_cloud_config, user_data_files
 from tests.node_boot import BootResult, Scenario, boot
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="booting a node needs root (namespaces, chroot)")
@@ -29,6 +30,11 @@ CONFIG_DIR = "/etc/rancher/k3s"
 NODE_CONFIG = f"{CONFIG_DIR}/config.yaml.d/10-node.yaml"
 TLS_DIR = "/var/lib/rancher/k3s/server/tls"
 BOOT_LOG = "/var/log/gpu-k8s-bootstrap.log"
+INSTALLER = "raw.githubusercontent.com"
+# How often an agent tries a step that never succeeds: 22 waits fit in its 600 s.
+AGENT_ATTEMPTS = 23
+FOUNDING_MARKER = "gpu-k8s/founded"
+SNAPSHOT = "ml/etcd-snapshot-ml-server-1-1764806400.zip"
 # The kubelet's protect-kernel-defaults values (kubelet setupKernelTunables; k3s CIS hardening guide).
 KUBELET_SYSCTLS = {
     "vm.panic_on_oom=0",
@@ -64,7 +70,7 @@ def secret_payload(recording: Recording, resource_name: str) -> str:
 
 
 def aws_agent_scenario(aws_k3s: Recording, template: str = "ml-gpu-l4-lt", **changes: Any) -> Scenario:
-    user_data = base64.b64decode(aws_k3s.by_name(template).inputs["userData"]).decode()
+    user_data = ec2_cloud_config(aws_k3s.by_name(template).inputs)
     return Scenario(
         cloud="aws",
         user_data=user_data,
@@ -76,9 +82,12 @@ def aws_agent_scenario(aws_k3s: Recording, template: str = "ml-gpu-l4-lt", **cha
     )
 
 
-def aws_server_scenario(aws_k3s: Recording, index: int = 0, answering: int = 0) -> Scenario:
-    """Server `index` booting while the first `answering` of its peers already run k3s."""
-    user_data = aws_k3s.by_name(f"ml-server-{index}").inputs["userData"]
+def aws_server_scenario(
+    aws_k3s: Recording, index: int = 0, answering: int = 0, bucket_objects: tuple[str, ...] = ()
+) -> Scenario:
+    """Server `index` booting while the first `answering` of its peers already run k3s and the snapshot
+    bucket holds `bucket_objects`."""
+    user_data = ec2_cloud_config(aws_k3s.by_name(f"ml-server-{index}").inputs)
     peers = peer_addresses(user_data)
     return Scenario(
         cloud="aws",
@@ -88,6 +97,8 @@ def aws_server_scenario(aws_k3s: Recording, index: int = 0, answering: int = 0) 
         facts=AWS_SERVER_FACTS,
         peer_addresses=peers,
         answering_peers=peers[:answering],
+        snapshot_bucket=snapshot_bucket(user_data),
+        bucket_objects=list(bucket_objects),
     )
 
 
@@ -108,7 +119,9 @@ def gce_agent_scenario(gcp_k3s: Recording, **changes: Any) -> Scenario:
     )
 
 
-def gce_server_scenario(gcp_k3s: Recording, index: int = 0, answering: int = 0) -> Scenario:
+def gce_server_scenario(
+    gcp_k3s: Recording, index: int = 0, answering: int = 0, bucket_objects: tuple[str, ...] = ()
+) -> Scenario:
     user_data = gce_user_data(gcp_k3s, f"ml-server-{index}")
     peers = peer_addresses(user_data)
     return Scenario(
@@ -120,15 +133,17 @@ def gce_server_scenario(gcp_k3s: Recording, index: int = 0, answering: int = 0) 
         facts=GCE_SERVER_FACTS,
         peer_addresses=peers,
         answering_peers=peers[:answering],
+        snapshot_bucket=snapshot_bucket(user_data),
+        bucket_objects=list(bucket_objects),
     )
 
 
-def server_scenario(cloud: str, aws_k3s: Recording, gcp_k3s: Recording, **which: int) -> Scenario:
+def server_scenario(cloud: str, aws_k3s: Recording, gcp_k3s: Recording, **which: Any) -> Scenario:
     return aws_server_scenario(aws_k3s, **which) if cloud == "aws" else gce_server_scenario(gcp_k3s, **which)
 
 
 def written_files(user_data: str) -> dict[str, str]:
-    return {f["path"]: f["content"] for f in yaml.safe_load(user_data)["write_files"]}
+    return user_data_files(user_data)
 
 
 def secret_arn_in(user_data: str) -> str:
@@ -140,9 +155,16 @@ def secret_arn_in(user_data: str) -> str:
 def peer_addresses(user_data: str) -> list[str]:
     """The other servers a server's boot script asks, as their addresses."""
     script = written_files(user_data)["/usr/local/lib/gpu-k8s/bootstrap.sh"]
-    (line,) = [line for line in script.splitlines() if line.startswith("peers=(")]
+    lines = [line for line in script.splitlines() if line.startswith("peers=(")]
+    if not lines:  # the only server
+        return []
+    (line,) = lines
     urls = shlex.split(line.removeprefix("peers=(").removesuffix(")"))
     return [url.removeprefix("https://").removesuffix(":6443") for url in urls]
+
+
+def snapshot_bucket(user_data: str) -> str:
+    return yaml.safe_load(written_files(user_data)[f"{CONFIG_DIR}/config.yaml"])["etcd-s3-bucket"]
 
 
 def server_address(user_data: str) -> str:
@@ -255,6 +277,8 @@ def test_aws_agent_boots_joins_with_its_instance_facts_and_reads_its_secret_once
     assert installer_call(result) == {
         "INSTALL_K3S_VERSION": K3S_VERSION,
         "INSTALL_K3S_EXEC": "agent",
+        "INSTALL_K3S_SKIP_ENABLE": "false",
+        "INSTALL_K3S_SKIP_START": "false",
         "ARGS": "",
     }
     assert [r["path"] for r in requests_to(result, INSTALLER)] == ["/k3s-io/k3s/v1.36.3%2Bk3s1/install.sh"]
@@ -350,6 +374,12 @@ def test_first_server_writes_its_pki_and_founds_the_cluster_when_no_other_server
     assert node_config(result)["cluster-init"] is True and "server" not in node_config(result)
     assert "no other server answers (check 3 of 3)" in result.console
     assert result.records["fakes"]["sleeps"].split() == ["10", "10", "10"]
+    # It found the bucket empty, then, once k3s ran, left the founding marker there: empty, outside the
+    # snapshots' folder (k3s lists `<cluster>/` and skips empty objects), so k3s never lists it.
+    assert result.records["bucket_objects"] == {FOUNDING_MARKER: 0}
+    assert result.console.index("founding the cluster") < result.console.index("k3s server started")
+    assert result.console.index("k3s server started") < result.console.index("recording the founding")
+    assert installer_call(result)["INSTALL_K3S_SKIP_START"] == "false"
     # Servers take no workloads: they hold the cluster's keys.
     assert config["node-taint"] == ["CriticalAddonsOnly=true:NoExecute"]
     assert "gpu-k8s.io/pool=system" in node_config(result)["node-label"]
@@ -372,6 +402,64 @@ def test_a_replaced_first_server_joins_the_running_cluster_instead_of_founding_a
     assert config["server"] == f"https://{scenario.peer_addresses[0]}:6443" and "cluster-init" not in config
     assert "sleeps" not in result.records["fakes"]
     assert installer_call(result)["INSTALL_K3S_EXEC"] == "server"
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gce"])
+def test_a_founder_whose_bucket_holds_snapshots_never_founds_again(cloud, aws_k3s, gcp_k3s, tmp_path):
+    """Every server lost (or server 0 replaced while the others are down): founding would start an empty
+    cluster beside the snapshots. The founder waits for a peer as the others do, then installs k3s without
+    enabling or starting it, for the restore runbook, and the boot fails."""
+    scenario = server_scenario(cloud, aws_k3s, gcp_k3s, bucket_objects=(SNAPSHOT,))
+    result = boot(scenario, tmp_path, timeout=300)
+    assert result.exit_code == 1
+    assert "shows the cluster was founded before: not again" in result.console
+    assert "cluster-init" not in result.file(NODE_CONFIG).read_text()
+    assert "server:" not in result.file(NODE_CONFIG).read_text()
+    assert installer_call(result)["INSTALL_K3S_SKIP_START"] == "true"
+    assert installer_call(result)["INSTALL_K3S_SKIP_ENABLE"] == "true"
+    assert result.console.splitlines()[-1] == (
+        "gpu-k8s: k3s is installed, not started: restore a snapshot here (stacks/K3S.md, Restoring)"
+    )
+    assert set(result.records["bucket_objects"]) == {SNAPSHOT}  # nothing written
+    # It waited for a peer within the servers' budget: 30 minutes, the three first checks included.
+    sleeps = [int(s) for s in result.records["fakes"]["sleeps"].split()]
+    assert sum(sleeps) <= 1800 < sum(sleeps) + 30
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gce"])
+def test_a_founder_that_finds_its_marker_joins_a_peer_that_answers_late(cloud, aws_k3s, gcp_k3s, tmp_path):
+    """The marker alone (no snapshot yet) is enough, and a peer is still joined."""
+    scenario = server_scenario(cloud, aws_k3s, gcp_k3s, bucket_objects=(FOUNDING_MARKER,))
+    scenario.answering_peers = scenario.peer_addresses[:1]
+    # Server 1 answers from its fifth question on: after the three checks and one more wait.
+    scenario.peer_refusals = 4
+    result = boot(scenario, tmp_path, timeout=300)
+    assert result.exit_code == 0, result.console
+    config = node_config(result)
+    assert config["server"] == f"https://{scenario.peer_addresses[0]}:6443" and "cluster-init" not in config
+    assert installer_call(result)["INSTALL_K3S_SKIP_START"] == "false"
+    assert "recording the founding" not in result.console
+
+
+@pytest.mark.parametrize("bucket", [(), (SNAPSHOT,)], ids=["first-boot", "replaced"])
+def test_a_single_server_founds_only_from_an_empty_bucket(bucket, aws_k3s_config, tmp_path):
+    """One server has no peer to wait for: a replacement with snapshots behind it stops for the restore
+    instead of starting an empty cluster that the agents would join."""
+    config = copy.deepcopy(aws_k3s_config)
+    del config["gpu-k8s:cluster"]["systemPool"]["nodes"]
+    scenario = aws_server_scenario(run_program("single", config), bucket_objects=bucket)
+    assert scenario.peer_addresses == []
+    result = boot(scenario, tmp_path)
+    if not bucket:
+        assert result.exit_code == 0, result.console
+        assert node_config(result)["cluster-init"] is True
+        assert result.records["bucket_objects"] == {FOUNDING_MARKER: 0}
+    else:
+        assert result.exit_code == 1
+        assert "cluster-init" not in result.file(NODE_CONFIG).read_text()
+        assert installer_call(result)["INSTALL_K3S_SKIP_START"] == "true"
+        assert "sleeps" not in result.records["fakes"]
+        assert set(result.records["bucket_objects"]) == {SNAPSHOT}
 
 
 @pytest.mark.parametrize("cloud", ["aws", "gce"])
@@ -410,19 +498,26 @@ def test_a_secret_store_that_recovers_is_retried_with_backoff(cloud, aws_k3s, gc
     assert result.exit_code == 0, result.console
     assert result.records["secret_reads"] == 3 and result.records["secret_answers"] == 1
     assert result.records["fakes"]["sleeps"].split() == ["5", "10"]
-    assert "attempt 2 of 60 failed" in result.console
+    assert "attempt 2 failed; trying again in 10 s" in result.console
     assert installer_call(result)["INSTALL_K3S_EXEC"] == "agent"
 
 
 @pytest.mark.parametrize("cloud", ["aws", "gce"])
-def test_a_secret_store_that_stays_down_ends_the_boot_after_60_attempts(cloud, aws_k3s, gcp_k3s, tmp_path):
+def test_a_secret_store_that_stays_down_ends_an_agents_boot_within_the_autoscalers_patience(
+    cloud, aws_k3s, gcp_k3s, tmp_path
+):
+    """The cluster-autoscaler deletes a node that has not registered 15 minutes after its scale-up
+    (--max-node-provision-time); an agent stops waiting after 10 minutes, its start and install aside."""
     make = aws_agent_scenario if cloud == "aws" else gce_agent_scenario
     scenario = make(aws_k3s if cloud == "aws" else gcp_k3s, secret_store_failures=-1)
     result = boot(scenario, tmp_path, timeout=300)
     assert result.exit_code == 1
-    assert result.records["secret_reads"] == 60 and result.records["secret_answers"] == 0
+    # 5 + 10 + 15 + 20 + 25 s, then 17 waits of 30 s: 585 s; one more would pass 600.
+    assert result.records["secret_reads"] == AGENT_ATTEMPTS and result.records["secret_answers"] == 0
     sleeps = [int(s) for s in result.records["fakes"]["sleeps"].split()]
-    assert sleeps[:6] == [5, 10, 15, 20, 25, 30] and len(sleeps) == 60 and max(sleeps) == 30
+    assert sleeps[:6] == [5, 10, 15, 20, 25, 30] and len(sleeps) == AGENT_ATTEMPTS - 1 and max(sleeps) == 30
+    assert sum(sleeps) == 585
+    assert f"attempt {AGENT_ATTEMPTS} failed, and this boot has waited 585 of its 600 s" in result.console
     assert re.fullmatch(
         r"gpu-k8s: reading bootstrap secrets from \S+: giving up", result.console.splitlines()[-1]
     )
@@ -440,9 +535,9 @@ def test_secrets_manager_checks_the_nodes_signature_and_permission(credentials, 
     result = boot(aws_agent_scenario(aws_k3s, aws_credentials=credentials), tmp_path, timeout=300)
     assert result.exit_code == 1
     reads = [r for r in result.records["requests"] if r["host"].startswith("secretsmanager.")]
-    assert len(reads) == 60 and all(r["status"] in (400, 403) and refusal in r["error"] for r in reads), (
-        reads[0]
-    )
+    assert len(reads) == AGENT_ATTEMPTS and all(
+        r["status"] in (400, 403) and refusal in r["error"] for r in reads
+    ), reads[0]
     assert result.records["secret_answers"] == 0
 
 
@@ -450,7 +545,7 @@ def test_a_failed_k3s_install_is_retried_within_the_bound(aws_k3s, tmp_path):
     result = boot(aws_agent_scenario(aws_k3s, installer_failures=2), tmp_path)
     assert result.exit_code == 0, result.console
     assert result.records["installer_fetches"] == 3
-    assert "installing k3s v1.36.3+k3s1: attempt 2 of 60 failed" in result.console
+    assert "installing k3s v1.36.3+k3s1: attempt 2 failed; trying again in 10 s" in result.console
     assert installer_call(result)["INSTALL_K3S_EXEC"] == "agent"
 
 
@@ -462,8 +557,5 @@ def test_an_agent_whose_server_never_answers_gives_up_without_installing(aws_k3s
         result.console.splitlines()[-1]
         == f"gpu-k8s: waiting for server https://{scenario.server_address}:6443: giving up"
     )
-    assert len(result.records["fakes"]["sleeps"].split()) == 60
+    assert len(result.records["fakes"]["sleeps"].split()) == AGENT_ATTEMPTS - 1
     assert "installer" not in result.records["fakes"]
-
-
-INSTALLER = "raw.githubusercontent.com"

@@ -8,6 +8,8 @@ import io
 import ipaddress
 import json
 import re
+import sys
+import urllib.request
 from typing import Any
 
 import kubernetes_validate
@@ -19,7 +21,7 @@ from gpu_k8s.components.k3s import cloudinit
 from gpu_k8s.components.spec import SUPPORTED_KUBERNETES_MINORS
 from gpu_k8s.providers.gcp import cloud_controller, pd_csi
 from gpu_k8s.providers.gcp.autoscaling import AUTOSCALER_READ_PERMISSIONS, AUTOSCALER_RESIZE_PERMISSIONS
-from gpu_k8s.providers.gcp.files import fetch_secret
+from gpu_k8s.providers.gcp.k3s_bootstrap import FILES as GCE_FILES
 from gpu_k8s.tools.engine import Recording, Registration, Secret, run_program
 from tests.conftest import (
     assert_refused_before_any_resource,
@@ -224,7 +226,8 @@ def test_one_server_opens_no_etcd_port_and_is_its_own_registration_address(gcp_k
     server_address = rec.by_name("ml-server-0-address").outputs["address"]
     assert agent_server_url(rec) == f"https://{server_address}:6443"
     script = server_files(rec, 0)[cloudinit.BOOTSTRAP_FILE]
-    assert "the only server: founding the cluster" in script and "peers=(" not in script
+    assert 'log "founding the cluster"' in script and "peers=(" not in script
+    assert "snapshot_store.py founded" in script  # not again if the bucket shows it was
 
 
 def server_files(rec: Recording, index: int) -> dict[str, str]:
@@ -360,18 +363,29 @@ def test_nodes_read_their_secret_by_name_and_facts_from_the_metadata_server(gcp_
     assert "provider-id=${PROVIDER_ID}" in node_drop_in(files[cloudinit.BOOTSTRAP_FILE])["kubelet-arg"]
 
 
-def test_the_gce_fetcher_asks_the_metadata_server_then_secret_manager(monkeypatch):
+@pytest.fixture
+def fetch_secret(monkeypatch) -> Any:
+    """The fetcher as the node runs it: beside gce_api.py, which it imports by that name."""
+    monkeypatch.syspath_prepend(str(GCE_FILES))
+    for name in ("fetch_secret", "gce_api"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    import fetch_secret
+
+    return fetch_secret
+
+
+def test_the_gce_fetcher_asks_the_metadata_server_then_secret_manager(monkeypatch, fetch_secret):
     calls = []
     payload = json.dumps({"files": {"/etc/rancher/k3s/agent-token": "K10x::node:y"}})
 
     def fake_urlopen(request, timeout):
         calls.append((request.full_url, dict(request.header_items())))
-        if request.full_url.startswith(fetch_secret.METADATA):
+        if request.full_url.startswith("http://metadata.google.internal/"):
             return io.BytesIO(json.dumps({"access_token": "ya29.token", "expires_in": 3599}).encode())
         body = {"name": "x", "payload": {"data": base64.b64encode(payload.encode()).decode()}}
         return io.BytesIO(json.dumps(body).encode())
 
-    monkeypatch.setattr(fetch_secret.urllib.request, "urlopen", fake_urlopen)
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
     assert fetch_secret.secret_value("projects/p/secrets/ml-k3s-agents") == payload
     (token_url, token_headers), (access_url, access_headers) = calls
     assert (

@@ -3,10 +3,13 @@ cloud-init's schema, shellcheck and golden files."""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import hashlib
 import io
 import json
 import os
+import random
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,16 +21,15 @@ import yaml
 from gpu_k8s.components.k3s import cloudinit, pki
 from gpu_k8s.components.k3s.cloudinit import AgentNode, NodeBootstrap, ServerNode, SnapshotStore
 from gpu_k8s.components.k3s.files import write_secret_files
-from gpu_k8s.providers.aws.k3s_bootstrap import aws_node_bootstrap
+from gpu_k8s.providers.aws.k3s_bootstrap import EC2_USER_DATA_LIMIT, aws_node_bootstrap, ec2_user_data
 from gpu_k8s.providers.gcp.k3s import SPOT_GRACEFUL_SHUTDOWN
 from gpu_k8s.providers.gcp.k3s_bootstrap import gce_node_bootstrap
 from gpu_k8s.tools import fake_tls
-from tests.conftest import node_drop_in, upstream, user_data_files, venv_tool
+from tests.conftest import ec2_cloud_config, node_drop_in, upstream, user_data_files, venv_tool
 
 GOLDEN = Path(__file__).parent / "golden"
 CLOUD_INIT_SCHEMA = "cloud-init/26.2/schema-cloud-config-v1.json"
 # EC2 user data limit, before base64 (EC2 user guide; REFERENCE.md 13).
-EC2_USER_DATA_LIMIT = 16 * 1024
 
 SERVER = ServerNode(
     k3s_version="v1.36.3+k3s1",
@@ -122,7 +124,17 @@ def test_user_data_is_valid_cloud_config_within_the_ec2_limit(golden, cloud_conf
     assert rendered.startswith("#cloud-config\n")
     errors = [error.message for error in cloud_config_validator.iter_errors(yaml.safe_load(rendered))]
     assert errors == []
-    assert len(rendered.encode()) < EC2_USER_DATA_LIMIT
+    # EC2 gets it gzipped (providers/aws/k3s_bootstrap.ec2_user_data); half the limit leaves room to grow.
+    assert len(gzip.compress(rendered.encode())) < EC2_USER_DATA_LIMIT / 2
+
+
+def test_ec2_user_data_is_the_gzipped_config_and_too_much_is_refused():
+    config = RENDERED["aws-server.yaml"]()
+    assert gzip.decompress(base64.b64decode(ec2_user_data(config))).decode() == config
+    assert ec2_user_data(config) == ec2_user_data(config)  # no timestamp: no diff without a change
+    incompressible = base64.b64encode(random.Random(0).randbytes(EC2_USER_DATA_LIMIT)).decode()
+    with pytest.raises(ValueError, match="EC2 takes at most 16384"):
+        ec2_user_data(f"#cloud-config\n# {incompressible}\n")
 
 
 def test_the_schema_check_catches_a_misspelt_key(cloud_config_validator):
@@ -179,7 +191,9 @@ def test_agents_wait_for_the_server_boundedly_before_installing():
     wait, install = script.index("/cacerts"), script.index("INSTALL_K3S_EXEC=agent")
     assert wait < install
     assert script.index("retry() {") < script.index('retry "waiting for server')
-    assert f"seq 1 {cloudinit.ATTEMPTS}" in script and 'log "$1: giving up"\n  exit 1' in script
+    assert (
+        "if [ $((waited + pause)) -gt 600 ]; then" in script and 'log "$1: giving up"\n    exit 1' in script
+    )
 
 
 def test_server_config_is_hardened_and_reads_tokens_from_files():
@@ -382,26 +396,40 @@ def test_the_secret_writer_never_writes_through_a_symbolic_link(tmp_path):
 
 def test_the_bootstrap_retry_gives_up_after_its_attempts_and_stops_at_success(tmp_path: Path):
     script = user_data_files(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
-    retry = script[script.index("retry() {") : script.index("\n}\n", script.index("retry() {")) + 3]
+    start = script.index("waited=0")
+    retry = script[start : script.index("\n}\n", script.index("retry() {")) + 3]
     harness = tmp_path / "retry.sh"
     harness.write_text(
         '#!/bin/bash\nset -euo pipefail\nlog() { echo "$*"; }\nsleep() { :; }\n'
         + retry
         + 'tries=0\nthird_time() { tries=$((tries + 1)); [ "$tries" -eq 3 ]; }\n'
-        + 'retry "thing" third_time\necho "after $tries"\nretry "never" false\necho unreachable\n'
+        + 'retry "thing" third_time\necho "after $tries, waited $waited"\n'
+        + 'keep_trying "maybe" false || echo "maybe failed, waited $waited"\n'
+        + 'retry "never" false\necho unreachable\n'
     )
     result = subprocess.run(["bash", str(harness)], capture_output=True, text=True)
     assert result.returncode == 1
-    assert "thing: done" in result.stdout and "after 3" in result.stdout
-    assert f"never: attempt {cloudinit.ATTEMPTS} of {cloudinit.ATTEMPTS} failed" in result.stdout
+    assert "thing: done" in result.stdout and "after 3, waited 15" in result.stdout
+    # The budget is the boot's, not the step's: "thing" waited 15 s, so "maybe" waits 5 + 10 + 15 + 20 + 25
+    # s and then 30 s at a time until 600 s, and "never" may not wait at all.
+    assert "maybe: attempt 23 failed, and this boot has waited 600 of its 600 s" in result.stdout
+    assert "maybe failed, waited 600" in result.stdout
+    assert "never: attempt 1 failed, and this boot has waited 600 of its 600 s" in result.stdout
     assert "never: giving up" in result.stdout and "unreachable" not in result.stdout
 
 
 def test_node_bootstrap_is_whatever_the_provider_supplies():
-    custom = NodeBootstrap(node_facts_sh="export PROVIDER_ID=x\n", fetch_secret_py="print('x')\n")
+    custom = NodeBootstrap(
+        node_facts_sh="export PROVIDER_ID=x\n",
+        fetch_secret_py="print('x')\n",
+        snapshot_store_py="print('s')\n",
+    )
     files = user_data_files(cloudinit.agent_cloud_config(AGENT, custom))
     assert files[cloudinit.NODE_FACTS_FILE] == custom.node_facts_sh
     assert files[cloudinit.FETCH_FILE] == custom.fetch_secret_py
+    assert cloudinit.SNAPSHOT_STORE_FILE not in files
+    server_files = user_data_files(cloudinit.server_cloud_config(SERVER, custom))
+    assert server_files[cloudinit.SNAPSHOT_STORE_FILE] == custom.snapshot_store_py
 
 
 @pytest.mark.parametrize("golden", sorted(RENDERED))
@@ -415,6 +443,9 @@ def test_load_balancer_health_checks_reach_kube_proxy_on_every_node(golden):
 def test_servers_are_left_out_of_service_load_balancers(gcp_k3s, aws_k3s):
     """Servers take no workloads, and on Compute Engine already sit in the API balancer's instance groups,
     which an instance can belong to only one of."""
-    for recording, server in ((gcp_k3s, "ml-server-0"), (aws_k3s, "ml-server-0")):
-        text = json.dumps(recording.by_name(server).inputs)
-        assert "node.kubernetes.io/exclude-from-external-load-balancers=true" in text, server
+    texts = {
+        "gcp": json.dumps(gcp_k3s.by_name("ml-server-0").inputs),
+        "aws": ec2_cloud_config(aws_k3s.by_name("ml-server-0").inputs),
+    }
+    for cloud, text in texts.items():
+        assert "node.kubernetes.io/exclude-from-external-load-balancers=true" in text, cloud

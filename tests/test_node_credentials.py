@@ -4,7 +4,6 @@ kubelet's ECR credential provider of EFA agents."""
 
 from __future__ import annotations
 
-import base64
 import datetime
 import json
 import sys
@@ -23,7 +22,7 @@ from gpu_k8s.providers.aws import k3s as aws_k3s_module
 from gpu_k8s.providers.aws.efa import EFA_PLUGIN_REGISTRY, EFA_PLUGIN_REPOSITORY, efa_plugin_pull_policy
 from gpu_k8s.providers.aws.files import aws_api
 from gpu_k8s.providers.aws.k3s_bootstrap import FILES
-from tests.conftest import upstream_yaml
+from tests.conftest import ec2_cloud_config, upstream_yaml
 
 CREDENTIALS = {
     "AccessKeyId": "AKIDEXAMPLE",
@@ -164,7 +163,7 @@ def test_efa_agents_register_the_provider_with_the_kubelet_and_pull_only_the_plu
     from tests.conftest import node_drop_in, user_data_files
 
     def agent_files(recording, template: str) -> dict[str, str]:
-        user_data = base64.b64decode(recording.by_name(template).inputs["userData"]).decode()
+        user_data = ec2_cloud_config(recording.by_name(template).inputs)
         return user_data_files(user_data)
 
     train = agent_files(aws_k3s_efa, "ml-gpu-train-lt")

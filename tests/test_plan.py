@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import re
@@ -13,7 +14,7 @@ import pytest
 import yaml
 
 from gpu_k8s.tools.engine import run_program
-from gpu_k8s.tools.plan import plan_document, render_text
+from gpu_k8s.tools.plan import DECODED_MARK, plan_document, readable_inputs, render_text
 from tests.conftest import minimal_cluster
 from tests.paths import FIXTURE_PLANS, FIXTURE_STACKS, REPO_ROOT
 
@@ -79,6 +80,19 @@ def section(text: str, title: str) -> list[str]:
 
 def rows_of(lines: list[str]) -> list[list[str]]:
     return [re.split(r"\s{2,}", line.strip()) for line in lines]
+
+
+def test_the_plan_shows_the_cloud_config_inside_ec2_user_data(aws_k3s):
+    """EC2 user data is sent gzipped and base64-encoded; the snapshot shows the text, so a boot-script
+    change reads as one in the pull request."""
+    server = next(r for r in plan_document(aws_k3s)["resources"] if r["name"] == "ml-server-0")
+    shown = server["inputs"]["userDataBase64"]
+    assert shown.startswith(DECODED_MARK + "#cloud-config\n")
+    assert "snapshot_store.py founded" in shown
+    # A value this toolkit did not gzip is shown as sent.
+    registration = aws_k3s.by_name("ml-server-0")
+    plain = dataclasses.replace(registration, inputs={**registration.inputs, "userDataBase64": "I2Nsb3Vk"})
+    assert readable_inputs(plain)["userDataBase64"] == "I2Nsb3Vk"
 
 
 def test_the_full_text_plan_shows_every_resource_and_the_dependencies(aws_eks):

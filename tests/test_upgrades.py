@@ -88,9 +88,9 @@ def test_a_k3s_version_bump_moves_the_plan_and_new_agents_and_leaves_running_ser
     for index in range(3):
         old, new = before.by_name(f"ml-server-{index}"), after.by_name(f"ml-server-{index}")
         # The user data changes, and is ignored on running servers: the Plan upgrades them in place.
-        assert old.inputs["userData"] != new.inputs["userData"]
-        assert "userData" in new.options["ignoreChanges"]
+        assert old.inputs["userDataBase64"] != new.inputs["userDataBase64"]
+        assert "userDataBase64" in new.options["ignoreChanges"]
         changed = {k for k in {*old.inputs, *new.inputs} if old.inputs.get(k) != new.inputs.get(k)}
-        assert changed == {"userData"}
+        assert changed == {"userDataBase64"}
     template = after.by_name("ml-gpu-l4-lt").inputs["userData"]
     assert template != before.by_name("ml-gpu-l4-lt").inputs["userData"]

@@ -24,7 +24,10 @@ stderr).
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import contextlib
+import gzip
 import json
 import sys
 import textwrap
@@ -103,6 +106,26 @@ def redact(value: Any) -> Any:
     return value
 
 
+# EC2 user data travels base64-encoded and gzipped (providers/aws/k3s_bootstrap.ec2_user_data); the plan
+# shows the cloud-config it carries, so a change to a boot script reads as text in the snapshot's diff.
+EC2_USER_DATA = {
+    "aws:ec2/instance:Instance": "userDataBase64",
+    "aws:ec2/launchTemplate:LaunchTemplate": "userData",
+}
+DECODED_MARK = "[base64 of gzip, shown decoded] "
+
+
+def readable_inputs(resource: Registration) -> dict[str, Any]:
+    inputs = redact(resource.inputs)
+    key = EC2_USER_DATA.get(resource.type)
+    value = inputs.get(key) if key else None
+    if isinstance(value, str) and value not in (SECRET_MARK, UNKNOWN_MARK):
+        # Anything not gzipped by this toolkit is shown as sent.
+        with contextlib.suppress(binascii.Error, gzip.BadGzipFile, UnicodeDecodeError):
+            inputs[key] = DECODED_MARK + gzip.decompress(base64.b64decode(value, validate=True)).decode()
+    return inputs
+
+
 def plan_document(recording: Recording) -> dict[str, Any]:
     """The JSON plan: resources sorted by URN so diffs show real changes only."""
     resources = [
@@ -111,7 +134,7 @@ def plan_document(recording: Recording) -> dict[str, Any]:
             "type": r.type,
             "name": r.name,
             "parent": r.parent,
-            "inputs": redact(r.inputs),
+            "inputs": readable_inputs(r),
             "dependencies": r.dependencies,
             "options": {**({"provider": r.provider_urn} if r.provider else {}), **redact(r.options)},
         }

@@ -35,6 +35,7 @@ POOL_SYSCTL_FILE = "/etc/sysctl.d/91-gpu-k8s-pool.conf"
 LIB_DIR = "/usr/local/lib/gpu-k8s"
 NODE_FACTS_FILE = f"{LIB_DIR}/node-facts.sh"
 FETCH_FILE = f"{LIB_DIR}/fetch-secret.py"
+SNAPSHOT_STORE_FILE = f"{LIB_DIR}/snapshot_store.py"
 WRITE_SECRET_FILES_FILE = f"{LIB_DIR}/write-secret-files.py"
 WRITE_SECRET_FILES_SCRIPT = Path(__file__).parent / "files" / "write_secret_files.py"
 # Servers take no workloads: they hold the cluster's CA keys and, through their instance identity, the
@@ -103,8 +104,12 @@ EXCLUDE_FROM_LOAD_BALANCERS = {"node.kubernetes.io/exclude-from-external-load-ba
 # host-port load balancers or ingress they were not asked for.
 DISABLED_ADDONS = ("traefik", "servicelb", "local-storage")
 # First-boot steps that wait on something else (the server, the node's identity reaching the secret store)
-# are tried this many times, waiting longer each time (about 30 minutes in all).
-ATTEMPTS = 60
+# are tried again, waiting 5 s longer each time up to 30 s, until the boot has spent this many seconds
+# waiting, every step together. A GPU agent must register before the cluster-autoscaler gives up on it and
+# deletes it (--max-node-provision-time, 15m0s by default: the cluster-autoscaler chart 9.59.0's values),
+# instance start and the install taking their share: a later success would only be thrown away. Servers
+# have no such clock.
+WAIT_BUDGET_SECONDS = {"agent": 600, "server": 1800}
 # Scheduled etcd snapshots, every six hours; each server keeps its last 28 (a week) in the bucket. k3s's own
 # defaults are every 12 hours and 5 (k3s pkg/cli/cmds/server.go).
 SNAPSHOT_SCHEDULE = "0 */6 * * *"
@@ -131,6 +136,12 @@ class NodeBootstrap:
     # Run with python3 and one argument, the secret's name: prints the secret's value (the payload) to stdout
     # and exits non-zero, printing nothing of it, when it cannot.
     fetch_secret_py: str
+    # Run on servers with python3 and two arguments: `founded <bucket>` prints `founded` when the snapshot
+    # bucket holds anything (a cluster was founded from it: the bucket is the stack's own) and `new` when it
+    # is empty; `record <bucket>` writes the founding marker, an empty object outside the snapshots' folder
+    # (k3s lists the folder and skips empty objects: k3s pkg/etcd/s3 ListSnapshots). Non-zero exit when the
+    # bucket cannot be asked.
+    snapshot_store_py: str
     # Modules the fetch script imports (name: content), written beside it.
     support_files: Mapping[str, str] = field(default_factory=dict)
 
@@ -345,7 +356,7 @@ def agent_config(node: AgentNode) -> dict[str, Any]:
 
 
 def _yaml(document: Mapping[str, Any]) -> str:
-    return yaml_text(dict(document), width=1000)
+    return yaml_text(dict(document), width=1000, literal_blocks=True)
 
 
 def _list_block(key: str, items: Sequence[str]) -> list[str]:
@@ -362,9 +373,11 @@ def bootstrap_script(
     external_cloud_provider: bool,
     kubelet_args: Sequence[str] = (),
     prepare: str = "",
+    started: str = "",
 ) -> str:
     """The first-boot script: kernel settings, node facts, secrets, node config, `start` (the shell that
-    waits for the cluster, or decides how to start it), install k3s.
+    waits for the cluster, or decides how to start it), install k3s, `started` (what follows once k3s
+    runs). `start` may set `skip_start=true`: k3s is then installed, neither enabled nor started.
 
     Label and taint strings are validated by the spec (no shell or YAML metacharacters); they are quoted
     anyway. The node's facts become k3s settings here because they exist only on the node.
@@ -390,25 +403,42 @@ def bootstrap_script(
     node_config = "\n".join(node_lines)
     if role == "server":
         prepare = f"install -d -m 0700 {AUDIT_LOG_DIR}\n{prepare}"
+    budget = WAIT_BUDGET_SECONDS[role]
     return f"""#!/bin/bash
 # gpu-k8s first boot of a k3s {role}. Progress goes to the serial console; no secret is ever printed.
 set -euo pipefail
 exec > >(tee -a /var/log/gpu-k8s-bootstrap.log > /dev/console) 2>&1
 log() {{ echo "gpu-k8s: $*"; }}
-# retry <what> <command>: run the command until it succeeds, waiting longer each time; give up after
-# {ATTEMPTS} attempts.
-retry() {{
-  for attempt in $(seq 1 {ATTEMPTS}); do
+# Seconds this boot has waited between attempts, every step together; at most {budget}.
+waited=0
+# keep_trying <what> <command>: run the command until it succeeds, waiting longer each time; fail once the
+# next wait would take the boot past {budget} s of waiting.
+keep_trying() {{
+  local attempt=0 pause
+  while true; do
+    attempt=$((attempt + 1))
     if "$2"; then
       log "$1: done"
       return 0
     fi
-    log "$1: attempt $attempt of {ATTEMPTS} failed"
-    sleep $((attempt < 6 ? attempt * 5 : 30))
+    pause=$((attempt < 6 ? attempt * 5 : 30))
+    if [ $((waited + pause)) -gt {budget} ]; then
+      log "$1: attempt $attempt failed, and this boot has waited $waited of its {budget} s"
+      return 1
+    fi
+    log "$1: attempt $attempt failed; trying again in $pause s"
+    sleep "$pause"
+    waited=$((waited + pause))
   done
-  log "$1: giving up"
-  exit 1
 }}
+# retry <what> <command>: keep_trying, and end the boot when that fails.
+retry() {{
+  keep_trying "$1" "$2" || {{
+    log "$1: giving up"
+    exit 1
+  }}
+}}
+skip_start=false
 
 log "applying the kernel settings the kubelet requires"
 sysctl --system > /dev/null
@@ -425,11 +455,11 @@ NODE_CONFIG
 # The install script downloads the binary itself, without retrying: the whole step is retried.
 install_k3s() {{
   curl -sfL --retry 10 --retry-connrefused -o {INSTALL_FILE} {shlex.quote(install_url(k3s_version))} &&
-    INSTALL_K3S_VERSION={shlex.quote(k3s_version)} INSTALL_K3S_EXEC={role} sh {INSTALL_FILE}
+    INSTALL_K3S_SKIP_ENABLE=$skip_start INSTALL_K3S_SKIP_START=$skip_start \
+      INSTALL_K3S_VERSION={shlex.quote(k3s_version)} INSTALL_K3S_EXEC={role} sh {INSTALL_FILE}
 }}
 retry "installing k3s {k3s_version}" install_k3s
-log "k3s {role} started"
-"""
+{started}"""
 
 
 def wait_for_server(url: str) -> str:
@@ -441,32 +471,66 @@ retry "waiting for server $server" server_answers
 """
 
 
-def join_or_found(peer_urls: Sequence[str], founder: bool) -> str:
-    """A server joins the first other server that answers. The founder asks PEER_CHECKS times and, when
-    none answers (the cluster's first boot), founds the cluster; every other server waits for one and never
-    founds a cluster of its own."""
-    found = f'echo "cluster-init: true" >> {NODE_CONFIG}'
-    if not peer_urls:
-        return f'\nlog "the only server: founding the cluster"\n{found}\n'
-    found = f'log "no other server answers: founding the cluster"\n{found}'
+def join_or_found(peer_urls: Sequence[str], founder: bool, bucket: str) -> str:
+    """A server joins the first other server that answers. Only the founder ever founds the cluster, and only
+    when no other server answers (it asks PEER_CHECKS times) and the snapshot bucket is empty: the cluster's
+    first boot. A bucket holding anything (a snapshot, the marker written once the founder's k3s runs) means
+    the cluster was founded before, so the founder waits for a peer like the others; if none answers (every
+    server was lost) it installs k3s without starting it, for a restore by hand, and the boot fails.
+    Founding again would make an empty cluster beside the snapshots (and, where peers come back, a second
+    one)."""
+    store = f"python3 {SNAPSHOT_STORE_FILE}"
+    quoted_bucket = shlex.quote(bucket)
+    ask_store = f"""snapshot_bucket={quoted_bucket}
+ask_snapshot_bucket() {{ bucket_says=$({store} founded "$snapshot_bucket"); }}
+retry "asking the snapshot bucket $snapshot_bucket whether the cluster was founded before" ask_snapshot_bucket
+"""
+    found = f"""log "founding the cluster"
+echo "cluster-init: true" >> {NODE_CONFIG}
+founding=true"""
+    refuse = """log "the snapshot bucket $snapshot_bucket shows the cluster was founded before: not again"
+"""
+    restore = """log "no server answers: installing k3s without starting it, for a restore"
+skip_start=true"""
     join = f"""log "joining the cluster through $peer"
 printf 'server: "%s"\\n' "$peer" >> {NODE_CONFIG}"""
+    if not peer_urls:
+        decide = f"""{ask_store}if [ "$bucket_says" = new ]; then
+{textwrap.indent(found, "  ")}
+else
+{textwrap.indent(refuse + restore, "  ")}
+fi"""
+        return f"\nfounding=false\n{decide}\n"
     if founder:
+        wait_or_restore = f"""if keep_trying "waiting for another server to join" answering_peer; then
+{textwrap.indent(join, "  ")}
+  return 0
+fi
+"""
         decide = f"""for check in $(seq 1 {PEER_CHECKS}); do
   answering_peer && break
   log "no other server answers (check $check of {PEER_CHECKS})"
   sleep 10
+  waited=$((waited + 10))
 done
-if [ -n "$peer" ]; then
-{textwrap.indent(join, "  ")}
-else
-{textwrap.indent(found, "  ")}
-fi"""
+founder_start() {{
+  if [ -n "$peer" ]; then
+{textwrap.indent(join, "    ")}
+    return 0
+  fi
+{textwrap.indent(ask_store, "  ")}  if [ "$bucket_says" = new ]; then
+{textwrap.indent(found, "    ")}
+    return 0
+  fi
+{textwrap.indent(refuse + wait_or_restore + restore, "  ")}
+}}
+founder_start"""
     else:
         decide = f"""retry "waiting for another server to join" answering_peer
 {join}"""
     peers = " ".join(shlex.quote(url) for url in peer_urls)
     return f"""
+founding=false
 peers=({peers})
 peer=""
 answering_peer() {{
@@ -479,6 +543,21 @@ answering_peer() {{
   return 1
 }}
 {decide}
+"""
+
+
+def server_started(bucket: str) -> str:
+    """After the install: the founder records the founding in the bucket at once (the first scheduled
+    snapshot may be hours away); a server installed for a restore ends its boot as failed."""
+    return f"""if [ "$skip_start" = true ]; then
+  log "k3s is installed, not started: restore a snapshot here (stacks/K3S.md, Restoring)"
+  exit 1
+fi
+log "k3s server started"
+if [ "$founding" = true ]; then
+  record_founding() {{ python3 {SNAPSHOT_STORE_FILE} record {shlex.quote(bucket)}; }}
+  retry "recording the founding in the snapshot bucket" record_founding
+fi
 """
 
 
@@ -518,12 +597,14 @@ def server_cloud_config(node: ServerNode, bootstrap: NodeBootstrap) -> str:
         node.secret_name,
         node.labels,
         (),
-        join_or_found(node.peer_urls, node.founder),
+        join_or_found(node.peer_urls, node.founder, node.snapshots.bucket),
         node.external_cloud_provider,
+        started=server_started(node.snapshots.bucket),
     )
     return _cloud_config(
         [
             *_common_files(bootstrap, script),
+            _file(SNAPSHOT_STORE_FILE, bootstrap.snapshot_store_py, "0700"),
             _file(f"{CONFIG_DIR}/config.yaml", _yaml(server_config(node))),
             _file(AUDIT_POLICY_FILE, _yaml(audit_policy())),
             _file(ADMISSION_CONFIG_FILE, _yaml(admission_config(node.pod_security, node.exempt_namespaces))),
@@ -568,6 +649,7 @@ def agent_cloud_config(node: AgentNode, bootstrap: NodeBootstrap) -> str:
             if provider
             else ""
         ),
+        started='log "k3s agent started"\n',
     )
     files = [
         *_common_files(bootstrap, script),

@@ -8,7 +8,6 @@ through SSM Session Manager.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 from collections.abc import Iterable, Sequence
@@ -93,6 +92,7 @@ from gpu_k8s.providers.aws.iam import (
 from gpu_k8s.providers.aws.k3s_bootstrap import (
     ECR_CREDENTIAL_PROVIDER_SCRIPT,
     aws_node_bootstrap,
+    ec2_user_data,
     read_secrets_policy,
 )
 from gpu_k8s.providers.aws.location import aws_provider, cluster_tags, region_from_config
@@ -814,14 +814,17 @@ class AwsK3sCluster(pulumi.ComponentResource):
                         volume_type="gp3",
                         encrypted=True,
                     ),
-                    user_data=user_data,
+                    user_data_base64=user_data.apply(ec2_user_data),
                     tags={"Name": f"{spec.name}-server-{index}", **cluster_owned_tag(spec.name)},
                     # A new Ubuntu release must not replace a running server. User data runs at first boot
                     # only, and EC2 applies a change by stopping and starting the instance: every server at
                     # once. New servers take the current image and data; running ones are upgraded in place
                     # (stacks/K3S.md, "Upgrading k3s").
                     opts=pulumi.ResourceOptions(
-                        parent=self, depends_on=list(boot_after), ignore_changes=["ami", "userData"]
+                        parent=self,
+                        depends_on=list(boot_after),
+                        # userData: what servers made before the user data was gzipped were given.
+                        ignore_changes=["ami", "userData", "userDataBase64"],
                     ),
                 )
             )
@@ -851,7 +854,7 @@ class AwsK3sCluster(pulumi.ComponentResource):
         several_types = bool(pool.spec.extra_instance_types)
         efa = self._efa_launch(name, pool, network, groups, zone_indexes, block is not None)
         user_data = pulumi.Output.all(server_url, secret.arn).apply(
-            lambda parts: base64.b64encode(
+            lambda parts: ec2_user_data(
                 agent_cloud_config(
                     AgentNode(
                         k3s_version=spec.k3s.version,
@@ -865,8 +868,8 @@ class AwsK3sCluster(pulumi.ComponentResource):
                         image_credential_provider=efa_image_credentials() if efa else None,
                     ),
                     aws_node_bootstrap(),
-                ).encode()
-            ).decode()
+                )
+            )
         )
         template = aws.ec2.LaunchTemplate(
             f"{name}-lt",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ from gpu_k8s.providers.aws.iam import POLICY_VERSION
 
 FILES = Path(__file__).parent / "files"
 FETCH_SCRIPT = FILES / "fetch_secret.py"
-# What the fetch script and the ECR credential provider import.
+# What the fetch script, the snapshot store script and the ECR credential provider import.
 SUPPORT_FILES = ("aws_api.py",)
 # A kubelet image credential provider for Amazon ECR (Kubernetes, "Configure a kubelet image credential
 # provider"): the kubelet runs it with a CredentialProviderRequest on stdin and pulls with the
@@ -41,11 +43,27 @@ export ZONE REGION INSTANCE_TYPE NODE_NAME PROVIDER_ID
 """
 
 
+# EC2 takes at most 16 KiB of user data, before base64 (EC2 API reference, RunInstances UserData).
+EC2_USER_DATA_LIMIT = 16384
+
+
+def ec2_user_data(cloud_config: str) -> str:
+    """A cloud-config as EC2 user data: gzipped (cloud-init uncompresses gzip user data and uses it as
+    though it were not compressed: cloud-init docs, "User data formats"), which keeps a server's well under
+    EC2's limit, then base64 as the API takes it. mtime 0: the same config gives the same bytes, so no
+    spurious diff."""
+    packed = gzip.compress(cloud_config.encode(), mtime=0)
+    if len(packed) >= EC2_USER_DATA_LIMIT:
+        raise ValueError(f"user data is {len(packed)} bytes gzipped; EC2 takes at most {EC2_USER_DATA_LIMIT}")
+    return base64.b64encode(packed).decode()
+
+
 @cache
 def aws_node_bootstrap() -> NodeBootstrap:
     return NodeBootstrap(
         node_facts_sh=NODE_FACTS_SH,
         fetch_secret_py=FETCH_SCRIPT.read_text(),
+        snapshot_store_py=(FILES / "snapshot_store.py").read_text(),
         support_files={name: (FILES / name).read_text() for name in SUPPORT_FILES},
     )
 

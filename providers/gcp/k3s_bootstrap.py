@@ -8,7 +8,8 @@ from pathlib import Path
 
 from gpu_k8s.components.k3s.cloudinit import NodeBootstrap
 
-FETCH_SCRIPT = Path(__file__).parent / "files" / "fetch_secret.py"
+FILES = Path(__file__).parent / "files"
+FETCH_SCRIPT = FILES / "fetch_secret.py"
 
 # The metadata server answers only requests that carry Metadata-Flavor: Google. Zone and machine type come
 # back as resource paths (projects/<number>/zones/<zone>); the provider ID is the form the cluster-autoscaler
@@ -31,4 +32,9 @@ export ZONE REGION INSTANCE_TYPE NODE_NAME PROVIDER_ID
 
 @cache
 def gce_node_bootstrap() -> NodeBootstrap:
-    return NodeBootstrap(node_facts_sh=NODE_FACTS_SH, fetch_secret_py=FETCH_SCRIPT.read_text())
+    return NodeBootstrap(
+        node_facts_sh=NODE_FACTS_SH,
+        fetch_secret_py=FETCH_SCRIPT.read_text(),
+        snapshot_store_py=(FILES / "snapshot_store.py").read_text(),
+        support_files={"gce_api.py": (FILES / "gce_api.py").read_text()},
+    )

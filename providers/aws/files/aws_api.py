@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import urllib.request
+from urllib.parse import quote
 
 IMDS = "http://169.254.169.254/latest"
 
@@ -37,25 +38,24 @@ def _hmac(key, message):
     return hmac.new(key, message.encode(), hashlib.sha256).digest()
 
 
-def signed_headers(host, service, region, target, credentials, body, now):
-    """Headers of a SigV4-signed AWS JSON 1.1 request (AWS General Reference, "Signature Version 4 signing
-    process"): POST / with the operation in X-Amz-Target."""
+def sign(method, host, path, query, headers, body, service, region, credentials, now):
+    """`headers` with the SigV4 date, session token and authorization added (AWS General Reference,
+    "Signature Version 4 signing process"). `query`: the request's parameters, unencoded."""
     amz_date = now.strftime("%Y%m%dT%H%M%SZ")
     date = now.strftime("%Y%m%d")
     headers = {
-        "content-type": "application/x-amz-json-1.1",
+        **{name.lower(): value for name, value in headers.items()},
         "host": host,
         "x-amz-date": amz_date,
-        "x-amz-target": target,
     }
     if credentials.get("Token"):
         headers["x-amz-security-token"] = credentials["Token"]
     names = sorted(headers)
     canonical = "\n".join(
         [
-            "POST",
-            "/",
-            "",
+            method,
+            quote(path, safe="/-_.~"),
+            "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query.items())),
             "".join(f"{name}:{headers[name]}\n" for name in names),
             ";".join(names),
             hashlib.sha256(body).hexdigest(),
@@ -73,6 +73,12 @@ def signed_headers(host, service, region, target, credentials, body, now):
         f"SignedHeaders={';'.join(names)}, Signature={signature}"
     )
     return headers
+
+
+def signed_headers(host, service, region, target, credentials, body, now):
+    """Headers of a signed AWS JSON 1.1 request: POST / with the operation in X-Amz-Target."""
+    headers = {"content-type": "application/x-amz-json-1.1", "x-amz-target": target}
+    return sign("POST", host, "/", {}, headers, body, service, region, credentials, now)
 
 
 def call(host, service, region, target, credentials, payload, endpoint=None):

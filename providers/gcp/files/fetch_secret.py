@@ -2,9 +2,9 @@
 
 Usage: python3 fetch_secret.py projects/<project>/secrets/<secret> | python3 write_secret_files.py
 
-The node authenticates as its service account: the metadata server hands out an access token, and Secret
-Manager's REST API returns the latest version's payload, base64-encoded. Standard library only. Errors name
-their type only, never a value.
+The node authenticates as its service account (gce_api.py, beside this script); Secret Manager's REST API
+returns the latest version's payload, base64-encoded. Standard library only. Errors name their type only,
+never a value.
 """
 
 import base64
@@ -12,16 +12,9 @@ import json
 import sys
 import urllib.request
 
-METADATA = "http://metadata.google.internal/computeMetadata/v1"
+from gce_api import access_token
+
 SECRET_MANAGER = "https://secretmanager.googleapis.com/v1"
-
-
-def access_token():
-    request = urllib.request.Request(
-        f"{METADATA}/instance/service-accounts/default/token", headers={"Metadata-Flavor": "Google"}
-    )
-    with urllib.request.urlopen(request, timeout=5) as response:
-        return json.loads(response.read())["access_token"]
 
 
 def access_url(secret):
