@@ -17,18 +17,15 @@ from gpu_k8s.components.prices import Price, aws_node_price, fee, gcp_node_price
 from gpu_k8s.tools.engine import Recording, Registration
 
 HOURS_PER_MONTH = 730
+NODE = " node"
 # Resources that bill while the cluster idles but that no committed table prices: named in the plan.
 UNPRICED = {
-    "aws:lb/loadBalancer:LoadBalancer": "load balancer",
-    "aws:ec2/eip:Eip": "Elastic IP",
+    "aws:lb/loadBalancer:LoadBalancer": "application or gateway load balancer",
     "aws:efs/fileSystem:FileSystem": "EFS file system (per GiB stored)",
     "aws:fsx/lustreFileSystem:LustreFileSystem": "FSx for Lustre file system",
-    "gcp:compute/forwardingRule:ForwardingRule": "forwarding rule",
-    "gcp:compute/routerNat:RouterNat": "Cloud NAT gateway",
     "gcp:filestore/instance:Instance": "Filestore instance (per provisioned GiB)",
+    # Third-party copies of Google's network pricing page say an address a forwarding rule uses is free.
     "gcp:compute/address:Address": "external static IP address",
-    "aws:kms/key:Key": "KMS key",
-    "aws:secretsmanager/secret:Secret": "Secrets Manager secret",
     "aws:s3/bucketV2:BucketV2": "S3 bucket (per GiB stored)",
     "aws:s3/bucket:Bucket": "S3 bucket (per GiB stored)",
     "gcp:secretmanager/secret:Secret": "Secret Manager secret",
@@ -68,7 +65,8 @@ def node_price(recording: Recording, pool: dict[str, Any]) -> Price | None:
 def idle_charges(recording: Recording) -> tuple[list[Charge], list[str]]:
     """The priced charges of the stack at rest, and what bills at rest that no table prices."""
     charges = list(_charges(recording, recording.region("aws"), recording.region("gcp")))
-    unpriced = Counter(UNPRICED[r.type] for r in recording.registrations if _bills_at_rest(r))
+    charges += gcp_network_charges(recording, sum(c.count for c in charges if c.what.endswith(NODE)))
+    unpriced = Counter(_unpriced(r) for r in recording.registrations if _bills_at_rest(r))
     unpriced.update({f"{c.what} (no price data)": c.count for c in charges if c.price is None})
     not_counted = [f"{n} x {what}" for what, n in sorted(unpriced.items())]
     merged: Counter[tuple[str, Price]] = Counter()
@@ -87,7 +85,36 @@ def _bills_at_rest(resource: Registration) -> bool:
     # Internal addresses are free; only external ones bill while reserved.
     if resource.type == "gcp:compute/address:Address":
         return resource.inputs.get("addressType", "EXTERNAL") == "EXTERNAL"
+    if resource.type == "aws:lb/loadBalancer:LoadBalancer":
+        return resource.inputs.get("loadBalancerType") != "network"
     return resource.type in UNPRICED
+
+
+def _unpriced(resource: Registration) -> str:
+    if resource.type == "gcp:filestore/instance:Instance":
+        # Filestore bills the capacity provisioned, used or not (its pricing page), from 1 TiB on Basic HDD.
+        capacity = (resource.inputs.get("fileShares") or {}).get("capacityGb")
+        size = f"{capacity:g} GiB" if isinstance(capacity, int | float) else "its capacity"
+        tier = resource.inputs.get("tier", "")
+        return f"Filestore {tier} instance ({size} provisioned, billed used or not)"
+    return UNPRICED[resource.type]
+
+
+def gcp_network_charges(recording: Recording, nodes: int) -> Iterator[Charge]:
+    """Cloud NAT bills per VM it serves (every node here: none has an external address) up to 32, then a
+    flat rate, and each external address it uses (automatic allocation takes at least one); forwarding rules
+    bill per rule, the first five at a higher rate."""
+    for _ in recording.by_type("gcp:compute/routerNat:RouterNat"):
+        if nodes > 32:
+            yield Charge("Cloud NAT gateway (more than 32 VMs)", 1, fee("gcp-cloud-nat-gateway-cap"))
+        elif nodes:
+            yield Charge("Cloud NAT gateway, per VM served", nodes, fee("gcp-cloud-nat-vm"))
+        yield Charge("Cloud NAT external IP (at least one)", 1, fee("gcp-cloud-nat-ip"))
+    rules = len(recording.by_type("gcp:compute/forwardingRule:ForwardingRule"))
+    if rules:
+        yield Charge("forwarding rule", min(rules, 5), fee("gcp-forwarding-rule"))
+    if rules > 5:
+        yield Charge("forwarding rule beyond the fifth", rules - 5, fee("gcp-forwarding-rule-beyond-five"))
 
 
 def _charges(recording: Recording, region: str, gcp_region: str) -> Iterator[Charge]:
@@ -97,6 +124,21 @@ def _charges(recording: Recording, region: str, gcp_region: str) -> Iterator[Cha
             yield Charge("EKS control plane", 1, fee("eks-cluster"))
         elif resource.type == "aws:ec2/natGateway:NatGateway":
             yield Charge("NAT gateway", 1, fee("aws-nat-gateway", region))
+        elif resource.type == "aws:ec2/eip:Eip":
+            yield Charge("public IPv4 address", 1, fee("aws-public-ipv4"))
+        elif (
+            resource.type == "aws:lb/loadBalancer:LoadBalancer"
+            and inputs.get("loadBalancerType") == "network"
+        ):
+            yield Charge("network load balancer", 1, fee("aws-network-load-balancer", region))
+            if not inputs.get("internal"):
+                # An internet-facing balancer has a public address in each of its subnets' zones.
+                subnets = len(inputs.get("subnets") or inputs.get("subnetMappings") or [])
+                yield Charge("public IPv4 address", subnets, fee("aws-public-ipv4"))
+        elif resource.type == "aws:kms/key:Key":
+            yield Charge("KMS key", 1, fee("aws-kms-key"))
+        elif resource.type == "aws:secretsmanager/secret:Secret":
+            yield Charge("Secrets Manager secret", 1, fee("aws-secrets-manager-secret"))
         elif resource.type == "aws:ec2/instance:Instance":
             yield _node_charge(str(inputs["instanceType"]), 1, aws_node_price(inputs["instanceType"], region))
         elif resource.type == "aws:eks/nodeGroup:NodeGroup":
@@ -134,7 +176,7 @@ def _charges(recording: Recording, region: str, gcp_region: str) -> Iterator[Cha
 
 
 def _node_charge(instance_type: str, count: int, price: Price | None) -> Charge:
-    return Charge(f"{instance_type} node", count, price)
+    return Charge(f"{instance_type}{NODE}", count, price)
 
 
 def _gcp_price(config: dict[str, Any], region: str) -> Price | None:
