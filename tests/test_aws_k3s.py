@@ -16,8 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gpu_k8s.components.k3s import cloudinit
-from gpu_k8s.providers.aws import cloud_controller
-from gpu_k8s.providers.aws import k3s as aws_k3s_module
+from gpu_k8s.providers.aws import cloud_controller, k3s_agents
 from gpu_k8s.tools import reference_data
 from gpu_k8s.tools.engine import Recording, Registration, Secret, run_program
 from tests.conftest import (
@@ -332,7 +331,7 @@ def test_each_pool_has_one_group_per_zone_with_its_limits_split_over_them(aws_k3
     ],
 )
 def test_zone_limits_add_up_to_the_pools(min_nodes, max_nodes, zones, expected):
-    from gpu_k8s.providers.aws.k3s import zone_limits
+    from gpu_k8s.providers.aws.autoscaling import zone_limits
 
     limits = zone_limits(min_nodes, max_nodes, range(zones))
     assert [(z.min_nodes, z.max_nodes) for z in limits] == expected
@@ -493,7 +492,7 @@ def test_storage_default_is_encrypted_gp3_and_termination_handler_watches_spot_n
     assert storage["provisioner"] == "ebs.csi.aws.com"
     assert storage["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
     nth = aws_k3s.by_name("ml-termination-handler").inputs["values"]
-    assert nth["daemonsetNodeSelector"] == {aws_k3s_module.CAPACITY_LABEL: "spot"}
+    assert nth["daemonsetNodeSelector"] == {k3s_agents.CAPACITY_LABEL: "spot"}
 
 
 def test_no_spot_pool_no_termination_handler(aws_k3s_config):

@@ -18,7 +18,7 @@ import botocore.session
 import pytest
 
 from gpu_k8s.components.k3s import cloudinit
-from gpu_k8s.providers.aws import k3s as aws_k3s_module
+from gpu_k8s.providers.aws import k3s_agents
 from gpu_k8s.providers.aws.efa import EFA_PLUGIN_REGISTRY, EFA_PLUGIN_REPOSITORY, efa_plugin_pull_policy
 from gpu_k8s.providers.aws.files import aws_api
 from gpu_k8s.providers.aws.k3s_bootstrap import FILES
@@ -212,5 +212,5 @@ def test_the_pulled_repository_is_the_charts_image():
     resource = efa_plugin_pull_policy()["Statement"][1]["Resource"]
     account, region = EFA_PLUGIN_REGISTRY.split(".")[0], EFA_PLUGIN_REGISTRY.split(".")[3]
     assert resource == f"arn:aws:ecr:{region}:{account}:repository/{EFA_PLUGIN_REPOSITORY}"
-    assert aws_k3s_module.efa_image_credentials().match_images == (EFA_PLUGIN_REGISTRY,)
+    assert k3s_agents.efa_image_credentials().match_images == (EFA_PLUGIN_REGISTRY,)
     assert Path(FILES / "aws_api.py").is_file()

@@ -3,12 +3,12 @@
 Servers are plain EC2 instances (1, or 3 with embedded etcd) behind a network load balancer; each GPU pool
 is an Auto Scaling group the cluster-autoscaler scales from zero. No SSH anywhere: nodes read their
 bootstrap secrets from Secrets Manager with their instance role, and shell access, when needed, goes
-through SSM Session Manager.
+through SSM Session Manager. Here: the servers, their roles and secrets, the add-ons; k3s_network.py: the
+security groups and balancers; k3s_agents.py: the GPU pools; k3s_bootstrap.py: what a node boots with.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,31 +36,24 @@ from gpu_k8s.components.helm import helm_release
 from gpu_k8s.components.k3s.admission import ServerPodPolicy, k3s_system_namespaces
 from gpu_k8s.components.k3s.cloudinit import (
     API_PORT,
-    AgentNode,
-    ImageCredentialProvider,
     SnapshotStore,
-    agent_cloud_config,
 )
 from gpu_k8s.components.k3s.control_plane import (
     AUTOSCALER_ON_HOST_NETWORK,
     K3sControlPlane,
     admin_access_binding,
-    agent_taints,
     k3s_traits,
     server_user_data,
 )
 from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
 from gpu_k8s.components.k3s.server_count import server_count
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades
-from gpu_k8s.components.spec import GpuPoolSpec, pool_child_name
+from gpu_k8s.components.spec import pool_child_name
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
     ACCELERATOR_LABEL,
     asg_tag_issues,
     autoscaler_cloud_values,
-    aws_node_template,
-    scale_from_zero_tags,
-    zone_limits,
 )
 from gpu_k8s.providers.aws.backups import SnapshotBucket, snapshot_access_policy
 from gpu_k8s.providers.aws.cloud_controller import (
@@ -72,10 +65,6 @@ from gpu_k8s.providers.aws.cloud_controller import (
     cluster_owned_tag,
 )
 from gpu_k8s.providers.aws.efa import (
-    EFA_AGENT_SERVICE_SETTINGS,
-    EFA_AGENT_SYSCTLS,
-    EFA_PLUGIN_REGISTRY,
-    efa_interfaces,
     efa_plugin_pull_policy,
     efa_pools,
     install_efa_device_plugin,
@@ -85,71 +74,43 @@ from gpu_k8s.providers.aws.iam import (
     EFS_CSI_POLICIES,
     GrantedRole,
     cluster_autoscaler_policy,
-    cluster_autoscaler_tag,
     role_with_policies,
     service_trust_policy,
 )
+from gpu_k8s.providers.aws.k3s_agents import (
+    NTH_CHART,
+    NTH_CHART_VERSION,
+    NTH_REPO,
+    asg_tags,
+    gpu_pool_groups,
+    termination_handler_values,
+)
 from gpu_k8s.providers.aws.k3s_bootstrap import (
-    ECR_CREDENTIAL_PROVIDER_SCRIPT,
+    IMDS_HOP_LIMIT,
     aws_node_bootstrap,
     ec2_user_data,
     read_secrets_policy,
+    ubuntu_ami,
 )
-from gpu_k8s.providers.aws.location import aws_provider, cluster_tags, region_from_config
+from gpu_k8s.providers.aws.k3s_network import load_balancer, security_groups, server_interfaces
+from gpu_k8s.providers.aws.location import aws_provider, region_from_config
 from gpu_k8s.providers.aws.network import Network
 from gpu_k8s.providers.aws.nodes import (
-    CAPACITY_BLOCK_MARKET,
-    EfaLaunch,
-    capacity_block_target,
     cpu_arch,
-    efa_network_interfaces,
-    efa_placement,
-    efa_placement_group,
-    launch_tag_specifications,
 )
 from gpu_k8s.providers.aws.settings import EFS_STORAGE, Ec2K3sClusterSpec
 from gpu_k8s.providers.aws.shared_storage import EfsSharedStorage, EfsSharedStorageArgs, efs_csi_chart
 from gpu_k8s.providers.aws.zones import ZonePlan, offering_issues, placement_guard, zone_issues, zone_plan
 
-CAPACITY_LABEL = "gpu-k8s.io/capacity-type"
-# Canonical's public SSM parameters for the current Ubuntu 24.04 LTS server AMI (parameter scheme from
-# Canonical's "Finding Ubuntu images with the AWS SSM Parameter Store"; the ebs-gp3 volume type of 24.04
-# images is recalled, UNCONFIRMED). Read at `up` (ubuntu_ami), so new nodes get the image of the last `up`.
-UBUNTU_AMI_PARAMETER = "/aws/service/canonical/ubuntu/server/24.04/stable/current/{arch}/hvm/ebs-gp3/ami-id"
-UBUNTU_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
-UBUNTU_ROOT_DEVICE = "/dev/sda1"
 # The EBS CSI controller runs on the servers with their instance role (no EKS Pod Identity here), with the
 # policy EKS gives it (V2: volumes tagged for the driver only); the agents' node plugin calls no AWS API.
 SERVER_POLICIES = EBS_CSI_POLICIES
-# Hop limit 1 on every node: an IMDSv2 token answer does not survive the hop into a pod's network namespace,
-# so only the node and host-network pods reach IMDS (on servers the cloud controller, the EBS and EFS CSI
-# controllers and the cluster-autoscaler; on agents the termination handler; the EBS node plugin reads its
-# node from Kubernetes). The pod-metadata rule of every node's user data refuses the rest too.
-IMDS_HOP_LIMIT = 1
 EBS_CSI_CHART = "aws-ebs-csi-driver"
 EBS_CSI_CHART_VERSION = "2.64.0"
 EBS_CSI_REPO = "https://kubernetes-sigs.github.io/aws-ebs-csi-driver"
 # The chart's controller Deployment (templates/controller.yaml) and its default replica count (values.yaml).
 EBS_CONTROLLER = "ebs-csi-controller"
 EBS_CONTROLLER_REPLICAS = 2
-NTH_CHART = "aws-node-termination-handler"
-NTH_CHART_VERSION = "0.27.6"
-# Published only as an OCI artifact since 2024 (the chart's README at v1.25.6); aws/eks-charts' index stops
-# at 0.21.0 (upstream/charts/sources.json has the evidence).
-NTH_REPO = "oci://public.ecr.aws/aws-ec2/helm"
-FLANNEL_VXLAN_PORT = 8472
-KUBELET_PORT = 10250
-ETCD_PORTS = (2379, 2380)
-AUTO_DISCOVERY_TAG = "k8s.io/cluster-autoscaler/enabled"
-
-
-def efa_image_credentials() -> ImageCredentialProvider:
-    """EFA agents pull the EFA device plugin from AWS's EKS registry with the node's ECR credentials."""
-    return ImageCredentialProvider(
-        name="ecr-credential-provider",
-        match_images=(EFA_PLUGIN_REGISTRY,),
-        script=ECR_CREDENTIAL_PROVIDER_SCRIPT.read_text(),
-    )
 
 
 def aws_k3s_issues(spec: Ec2K3sClusterSpec) -> Iterable[ConfigIssue]:
@@ -161,67 +122,6 @@ def aws_k3s_issues(spec: Ec2K3sClusterSpec) -> Iterable[ConfigIssue]:
             "the k3s API load balancer needs public subnets",
             "list the VPC's public subnet ids (one per zone the servers use)",
         )
-
-
-def ubuntu_ami(arch: str, parent: pulumi.Resource) -> pulumi.Output[str]:
-    """The newest Ubuntu AMI ID, read from Canonical's SSM parameter at `up`: a new image reaches a pool's
-    nodes only through an `up`, whose diff shows the launch template's new ID (with `resolve:ssm:` every
-    launch would take whatever is newest, so a new kernel could break every new GPU node with no `up`)."""
-    return aws.ssm.get_parameter_output(
-        name=UBUNTU_AMI_PARAMETER.format(arch=UBUNTU_ARCH[arch]),
-        opts=pulumi.InvokeOutputOptions(parent=parent),
-    ).value
-
-
-def agent_labels(pool: GpuPool) -> dict[str, str]:
-    """The pool's node labels plus its capacity type, which the termination handler selects spot nodes by."""
-    if pool.spec.capacity_reservation_id is not None:
-        capacity = "capacity-block"
-    else:
-        capacity = "spot" if pool.spec.spot else "on-demand"
-    return {**pool.node_labels, CAPACITY_LABEL: capacity}
-
-
-def asg_tags(cluster_name: str, pool: GpuPool, cluster_unneeded_time: str) -> dict[str, str]:
-    """Auto-discovery tags (the autoscaler's policy may write only to groups tagged `owned`) and the pool's
-    scale-from-zero template."""
-    template = dataclasses.replace(aws_node_template(pool, cluster_unneeded_time), labels=agent_labels(pool))
-    return {
-        AUTO_DISCOVERY_TAG: "true",
-        cluster_autoscaler_tag(cluster_name): "owned",
-        **scale_from_zero_tags(template),
-    }
-
-
-def agent_market_options(spec: GpuPoolSpec) -> aws.ec2.LaunchTemplateInstanceMarketOptionsArgs | None:
-    if spec.capacity_reservation_id is not None:
-        return CAPACITY_BLOCK_MARKET
-    return aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="spot") if spec.spot else None
-
-
-def mixed_instances_policy(
-    template: aws.ec2.LaunchTemplate, spec: GpuPoolSpec
-) -> aws.autoscaling.GroupMixedInstancesPolicyArgs:
-    """A pool of several instance types: on demand, the first that has capacity in the listed order (the
-    `instanceType` first, which the autoscaler plans with); spot, the pools likeliest to last at the lowest
-    price."""
-    return aws.autoscaling.GroupMixedInstancesPolicyArgs(
-        launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
-            launch_template_specification=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
-                launch_template_id=template.id, version="$Latest"
-            ),
-            overrides=[
-                aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(instance_type=name)
-                for name in (spec.instance_type, *spec.extra_instance_types)
-            ],
-        ),
-        instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
-            on_demand_base_capacity=0,
-            on_demand_percentage_above_base_capacity=0 if spec.spot else 100,
-            on_demand_allocation_strategy="prioritized",
-            spot_allocation_strategy="price-capacity-optimized",
-        ),
-    )
 
 
 def server_placement(spec: Ec2K3sClusterSpec) -> tuple[str, list[str]]:
@@ -275,87 +175,6 @@ def ebs_controller_on_host_network(
     )
 
 
-def termination_handler_values() -> dict[str, object]:
-    """IMDS mode on spot GPU nodes only: cordon and drain when EC2 announces an interruption, and on a
-    rebalance recommendation, when the group's capacity rebalancing starts a replacement (NTH values.yaml:
-    enableRebalanceDraining)."""
-    return {
-        "daemonsetNodeSelector": {CAPACITY_LABEL: "spot"},
-        "enableSpotInterruptionDraining": True,
-        "enableRebalanceDraining": True,
-    }
-
-
-@dataclass(frozen=True)
-class SecurityGroups:
-    nodes: aws.ec2.SecurityGroup
-    servers: aws.ec2.SecurityGroup
-    api: aws.ec2.SecurityGroup
-    # The internal registration balancer's, with more than one server.
-    registration: aws.ec2.SecurityGroup | None
-    # What every EFA interface carries, where some pool has EFA.
-    efa: aws.ec2.SecurityGroup | None
-
-
-@dataclass(frozen=True)
-class ServerBalancer:
-    load_balancer: aws.lb.LoadBalancer
-    # What must exist before the balancer forwards to the servers.
-    ready: list[pulumi.Resource]
-
-
-def _ingress(
-    name: str,
-    group: aws.ec2.SecurityGroup,
-    port: int | tuple[int, int],
-    protocol: str,
-    parent: pulumi.Resource,
-    source: aws.ec2.SecurityGroup | None = None,
-    cidr: str | None = None,
-    description: str = "",
-) -> aws.vpc.SecurityGroupIngressRule:
-    low, high = port if isinstance(port, tuple) else (port, port)
-    return aws.vpc.SecurityGroupIngressRule(
-        name,
-        security_group_id=group.id,
-        ip_protocol=protocol,
-        from_port=low,
-        to_port=high,
-        referenced_security_group_id=source.id if source is not None else None,
-        cidr_ipv4=cidr,
-        description=description,
-        opts=pulumi.ResourceOptions(parent=parent),
-    )
-
-
-def _egress_anywhere(name: str, group: aws.ec2.SecurityGroup, parent: pulumi.Resource) -> None:
-    """Nodes reach registries, AWS APIs and the NAT gateway; nothing is allowed in this way."""
-    aws.vpc.SecurityGroupEgressRule(
-        name,
-        security_group_id=group.id,
-        ip_protocol="-1",
-        cidr_ipv4="0.0.0.0/0",
-        description="outbound to registries and AWS APIs",
-        opts=pulumi.ResourceOptions(parent=parent),
-    )
-
-
-def _egress_to_servers(
-    name: str, group: aws.ec2.SecurityGroup, servers: aws.ec2.SecurityGroup, parent: pulumi.Resource
-) -> None:
-    """A balancer's only way out: the servers' API port."""
-    aws.vpc.SecurityGroupEgressRule(
-        name,
-        security_group_id=group.id,
-        ip_protocol="tcp",
-        from_port=API_PORT,
-        to_port=API_PORT,
-        referenced_security_group_id=servers.id,
-        description="forward to the servers",
-        opts=pulumi.ResourceOptions(parent=parent),
-    )
-
-
 @dataclass(frozen=True)
 class AwsK3sClusterArgs:
     spec: Ec2K3sClusterSpec
@@ -384,16 +203,23 @@ class AwsK3sCluster(pulumi.ComponentResource):
             [z.name for z in args.zones.zones],
             opts=child,
         )
-        groups = self._security_groups(name, spec, network.vpc_id, bool(efa_pools(args.pools)))
+        groups = security_groups(self, name, spec, network.vpc_id, bool(efa_pools(args.pools)))
 
-        interfaces = self._server_interfaces(name, spec, network, groups)
-        api = self._load_balancer(
-            f"{name}-api", network.public_subnet_ids, groups.api, network.vpc_id, interfaces, internal=False
+        interfaces = server_interfaces(self, name, spec, network, groups)
+        api = load_balancer(
+            self,
+            f"{name}-api",
+            network.public_subnet_ids,
+            groups.api,
+            network.vpc_id,
+            interfaces,
+            internal=False,
         )
         # Agents register through a fixed address in front of every server (k3s "High Availability Embedded
         # etcd"), so a new GPU node joins while any server is up. One server is its own fixed address.
         registration = (
-            self._load_balancer(
+            load_balancer(
+                self,
                 f"{name}-registration",
                 network.private_subnet_ids,
                 groups.registration,
@@ -480,7 +306,8 @@ class AwsK3sCluster(pulumi.ComponentResource):
         agent_profile = aws.iam.InstanceProfile(f"{name}-agent-profile", role=agent_role.name, opts=child)
         unneeded = cluster_scale_down_unneeded_time(args.pools)
         for pool in args.pools:
-            self._gpu_pool(
+            gpu_pool_groups(
+                self,
                 pool_child_name(name, pool.spec.name),
                 spec,
                 pool,
@@ -593,77 +420,6 @@ class AwsK3sCluster(pulumi.ComponentResource):
         )
         self.register_outputs({"apiEndpoint": api_host, "kubeconfig": control_plane.kubeconfig})
 
-    def _security_groups(
-        self, name: str, spec: Ec2K3sClusterSpec, vpc_id: pulumi.Input[str], with_efa: bool
-    ) -> SecurityGroups:
-        """Exactly the k3s ports, between the cluster's own nodes; the API also from the admin CIDRs,
-        through the load balancer. Nothing is open to the internet until a `Service type=LoadBalancer`
-        asks for it: the cloud controller manager then opens the `nodes` group to its load balancer. EFA
-        interfaces also carry a group open to itself only, in and out, as EFA's OS bypass requires (EC2 user
-        guide, "Create and attach an EFA"); it has no cluster tag, so the controller never picks it."""
-        child = pulumi.ResourceOptions(parent=self)
-        roles = (
-            "nodes",
-            "servers",
-            "api",
-            *(("registration",) if spec.system_pool.nodes > 1 else ()),
-            *(("efa",) if with_efa else ()),
-        )
-        groups = {
-            role: aws.ec2.SecurityGroup(
-                f"{name}-{role}-sg",
-                vpc_id=vpc_id,
-                description=f"k3s {role} of {spec.name}",
-                tags={
-                    "Name": f"{spec.name}-{role}",
-                    **(cluster_owned_tag(spec.name) if role == "nodes" else {}),
-                },
-                opts=child,
-            )
-            for role in roles
-        }
-        nodes, servers, api = groups["nodes"], groups["servers"], groups["api"]
-        registration = groups.get("registration")
-        _ingress(f"{name}-vxlan", nodes, FLANNEL_VXLAN_PORT, "udp", self, nodes, description="flannel VXLAN")
-        _ingress(f"{name}-kubelet", nodes, KUBELET_PORT, "tcp", self, nodes, description="kubelet")
-        _ingress(f"{name}-api-nodes", servers, API_PORT, "tcp", self, nodes, description="API from nodes")
-        _ingress(f"{name}-api-lb", servers, API_PORT, "tcp", self, api, description="API via load balancer")
-        for index, cidr in enumerate(spec.api_access_cidrs):
-            _ingress(f"{name}-api-admin-{index}", api, API_PORT, "tcp", self, cidr=cidr, description="admins")
-        _egress_to_servers(f"{name}-api-to-servers", api, servers, self)
-        if registration is not None:
-            _ingress(f"{name}-etcd", servers, ETCD_PORTS, "tcp", self, servers, description="embedded etcd")
-            _ingress(
-                f"{name}-registration-nodes", registration, API_PORT, "tcp", self, nodes, description="agents"
-            )
-            _ingress(
-                f"{name}-api-registration",
-                servers,
-                API_PORT,
-                "tcp",
-                self,
-                registration,
-                description="API via registration balancer",
-            )
-            _egress_to_servers(f"{name}-registration-to-servers", registration, servers, self)
-        _egress_anywhere(f"{name}-nodes-egress", nodes, self)
-        _egress_anywhere(f"{name}-servers-egress", servers, self)
-        efa = groups.get("efa")
-        if efa is not None:
-            for direction, rule in (
-                ("in", aws.vpc.SecurityGroupIngressRule),
-                ("out", aws.vpc.SecurityGroupEgressRule),
-            ):
-                rule(
-                    f"{name}-efa-{direction}",
-                    security_group_id=efa.id,
-                    ip_protocol="-1",
-                    referenced_security_group_id=efa.id,
-                    description="EFA between EFA nodes",
-                    opts=child,
-                )
-        return SecurityGroups(nodes=nodes, servers=servers, api=api, registration=registration, efa=efa)
-
     def _secret(
         self, name: str, audience: str, payload: pulumi.Output[str], kept_after_destroy: bool = False
     ) -> tuple[aws.secretsmanager.Secret, aws.secretsmanager.SecretVersion]:
@@ -695,74 +451,6 @@ class AwsK3sCluster(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=role.role),
         )
-
-    def _server_interfaces(
-        self, name: str, spec: Ec2K3sClusterSpec, network: Network, groups: SecurityGroups
-    ) -> list[aws.ec2.NetworkInterface]:
-        """One network interface per server: its address outlives the instance, so the other servers, the
-        balancers and a replacement keep finding the server there."""
-        subnets = network.private_subnet_ids
-        return [
-            aws.ec2.NetworkInterface(
-                f"{name}-server-{index}-eni",
-                subnet_id=subnets[index % len(subnets)],
-                security_groups=[groups.nodes.id, groups.servers.id],
-                tags={"Name": f"{spec.name}-server-{index}"},
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-            for index in range(spec.system_pool.nodes)
-        ]
-
-    def _load_balancer(
-        self,
-        name: str,
-        subnets: Sequence[pulumi.Input[str]],
-        group: aws.ec2.SecurityGroup,
-        vpc_id: pulumi.Input[str],
-        interfaces: Sequence[aws.ec2.NetworkInterface],
-        internal: bool,
-    ) -> ServerBalancer:
-        """A network load balancer forwarding the API port to every server's interface address."""
-        child = pulumi.ResourceOptions(parent=self)
-        load_balancer = aws.lb.LoadBalancer(
-            name,
-            load_balancer_type="network",
-            internal=internal,
-            subnets=subnets,
-            security_groups=[group.id],
-            tags={"Name": name},
-            opts=child,
-        )
-        target_group = aws.lb.TargetGroup(
-            f"{name}-targets",
-            port=API_PORT,
-            protocol="TCP",
-            target_type="ip",
-            vpc_id=vpc_id,
-            health_check=aws.lb.TargetGroupHealthCheckArgs(protocol="TCP", port=str(API_PORT)),
-            opts=child,
-        )
-        listener = aws.lb.Listener(
-            f"{name}-listener",
-            load_balancer_arn=load_balancer.arn,
-            port=API_PORT,
-            protocol="TCP",
-            default_actions=[
-                aws.lb.ListenerDefaultActionArgs(type="forward", target_group_arn=target_group.arn)
-            ],
-            opts=child,
-        )
-        targets = [
-            aws.lb.TargetGroupAttachment(
-                f"{name}-target-{index}",
-                target_group_arn=target_group.arn,
-                target_id=interface.private_ip,
-                port=API_PORT,
-                opts=child,
-            )
-            for index, interface in enumerate(interfaces)
-        ]
-        return ServerBalancer(load_balancer, [listener, *targets])
 
     def _servers(
         self,
@@ -829,138 +517,6 @@ class AwsK3sCluster(pulumi.ComponentResource):
                 )
             )
         return servers
-
-    def _gpu_pool(
-        self,
-        name: str,
-        spec: Ec2K3sClusterSpec,
-        pool: GpuPool,
-        network: Network,
-        groups: SecurityGroups,
-        profile: aws.iam.InstanceProfile,
-        secret: aws.secretsmanager.Secret,
-        server_url: pulumi.Output[str],
-        cluster_unneeded_time: str,
-        zone_indexes: Sequence[int],
-        boot_after: Sequence[pulumi.Resource],
-    ) -> list[aws.autoscaling.Group]:
-        """A launch template and one Auto Scaling group per zone for one GPU pool, its limits split over them.
-
-        One zone per group: the autoscaler models a group's nodes in one zone, so a pod bound to a volume in
-        another zone would never scale a multi-zone group up, and AZ rebalancing would terminate busy nodes.
-        """
-        child = pulumi.ResourceOptions(parent=self)
-        block = pool.spec.capacity_reservation_id
-        several_types = bool(pool.spec.extra_instance_types)
-        efa = self._efa_launch(name, pool, network, groups, zone_indexes, block is not None)
-        user_data = pulumi.Output.all(server_url, secret.arn).apply(
-            lambda parts: ec2_user_data(
-                agent_cloud_config(
-                    AgentNode(
-                        k3s_version=spec.k3s.version,
-                        server_url=parts[0],
-                        secret_name=parts[1],
-                        labels=agent_labels(pool),
-                        taints=agent_taints(pool),
-                        external_cloud_provider=True,
-                        sysctls=EFA_AGENT_SYSCTLS if efa else {},
-                        service_settings=EFA_AGENT_SERVICE_SETTINGS if efa else {},
-                        image_credential_provider=efa_image_credentials() if efa else None,
-                    ),
-                    aws_node_bootstrap(),
-                )
-            )
-        )
-        template = aws.ec2.LaunchTemplate(
-            f"{name}-lt",
-            image_id=ubuntu_ami(pool.machine.arch, self),
-            # With several types, the group's mixed instances policy names them and buys the spot.
-            instance_type=None if several_types else pool.machine.name,
-            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
-            # With EFA, the groups go on each interface instead.
-            vpc_security_group_ids=None if efa else [groups.nodes.id],
-            network_interfaces=efa_network_interfaces(efa) if efa else None,
-            placement=efa_placement(efa),
-            block_device_mappings=[
-                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-                    device_name=UBUNTU_ROOT_DEVICE,
-                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                        volume_size=pool.spec.disk_size_gib,
-                        volume_type="gp3",
-                        encrypted="true",
-                        delete_on_termination="true",
-                    ),
-                )
-            ],
-            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled",
-                http_tokens="required",
-                http_put_response_hop_limit=IMDS_HOP_LIMIT,
-            ),
-            instance_market_options=None if several_types else agent_market_options(pool.spec),
-            capacity_reservation_specification=capacity_block_target(block) if block is not None else None,
-            user_data=user_data,
-            update_default_version=True,
-            tag_specifications=launch_tag_specifications(
-                {
-                    **cluster_tags(spec.name),
-                    **cluster_owned_tag(spec.name),
-                    "Name": f"{spec.name}-gpu-{pool.spec.name}",
-                }
-            ),
-            opts=child,
-        )
-        tags = [
-            aws.autoscaling.GroupTagArgs(key=key, value=value, propagate_at_launch=False)
-            for key, value in sorted(asg_tags(spec.name, pool, cluster_unneeded_time).items())
-        ]
-        return [
-            aws.autoscaling.Group(
-                f"{name}-asg-{limits.zone_index}",
-                min_size=limits.min_nodes,
-                max_size=limits.max_nodes,
-                vpc_zone_identifiers=[network.private_subnet_ids[limits.zone_index]],
-                launch_template=(
-                    None
-                    if several_types
-                    else aws.autoscaling.GroupLaunchTemplateArgs(id=template.id, version="$Latest")
-                ),
-                mixed_instances_policy=mixed_instances_policy(template, pool.spec) if several_types else None,
-                # Spot: replace a node at risk of interruption before it is taken.
-                capacity_rebalance=pool.spec.spot,
-                # One zone per group: nothing to rebalance, and rebalancing terminates running nodes.
-                suspended_processes=["AZRebalance"],
-                tags=tags,
-                # The autoscaler owns the size.
-                opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=list(boot_after), ignore_changes=["desiredCapacity"]
-                ),
-            )
-            for limits in zone_limits(pool.spec.min_nodes, pool.spec.max_nodes, zone_indexes)
-        ]
-
-    def _efa_launch(
-        self,
-        name: str,
-        pool: GpuPool,
-        network: Network,
-        groups: SecurityGroups,
-        zone_indexes: Sequence[int],
-        in_capacity_block: bool,
-    ) -> EfaLaunch | None:
-        """EFA interfaces in the pool's one subnet (an EFA pool keeps to one zone: `zone_plan`), the node's
-        own group on the primary and the EFA group on all, and the pool's placement group."""
-        interfaces = efa_interfaces(pool)
-        if not interfaces:
-            return None
-        assert groups.efa is not None and len(zone_indexes) == 1, "made for clusters with EFA pools"
-        return EfaLaunch(
-            interfaces,
-            primary_security_group_ids=[groups.nodes.id, groups.efa.id],
-            efa_security_group_ids=[groups.efa.id],
-            placement_group=efa_placement_group(name, in_capacity_block, self),
-            subnet_id=network.private_subnet_ids[zone_indexes[0]],
-        )
 
 
 def build(spec: Ec2K3sClusterSpec) -> GpuCluster:

@@ -1,4 +1,5 @@
-"""How an EC2 node of a k3s cluster learns about itself and reads its secrets (no AWS CLI, no SSH)."""
+"""What an EC2 node of a k3s cluster boots with: its image, its metadata access and its user data, and how it
+learns about itself and reads its secrets (no AWS CLI, no SSH)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import gzip
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import pulumi
+import pulumi_aws as aws
 
 from gpu_k8s.components.k3s.cloudinit import NodeBootstrap
 from gpu_k8s.providers.aws.iam import POLICY_VERSION
@@ -56,6 +60,29 @@ def ec2_user_data(cloud_config: str) -> str:
     if len(packed) >= EC2_USER_DATA_LIMIT:
         raise ValueError(f"user data is {len(packed)} bytes gzipped; EC2 takes at most {EC2_USER_DATA_LIMIT}")
     return base64.b64encode(packed).decode()
+
+
+# Canonical's public SSM parameters for the current Ubuntu 24.04 LTS server AMI (parameter scheme from
+# Canonical's "Finding Ubuntu images with the AWS SSM Parameter Store"; the ebs-gp3 volume type of 24.04
+# images is recalled, UNCONFIRMED). Read at `up` (ubuntu_ami), so new nodes get the image of the last `up`.
+UBUNTU_AMI_PARAMETER = "/aws/service/canonical/ubuntu/server/24.04/stable/current/{arch}/hvm/ebs-gp3/ami-id"
+UBUNTU_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
+UBUNTU_ROOT_DEVICE = "/dev/sda1"
+# Hop limit 1 on every node: an IMDSv2 token answer does not survive the hop into a pod's network namespace,
+# so only the node and host-network pods reach IMDS (on servers the cloud controller, the EBS and EFS CSI
+# controllers and the cluster-autoscaler; on agents the termination handler; the EBS node plugin reads its
+# node from Kubernetes). The pod-metadata rule of every node's user data refuses the rest too.
+IMDS_HOP_LIMIT = 1
+
+
+def ubuntu_ami(arch: str, parent: pulumi.Resource) -> pulumi.Output[str]:
+    """The newest Ubuntu AMI ID, read from Canonical's SSM parameter at `up`: a new image reaches a pool's
+    nodes only through an `up`, whose diff shows the launch template's new ID (with `resolve:ssm:` every
+    launch would take whatever is newest, so a new kernel could break every new GPU node with no `up`)."""
+    return aws.ssm.get_parameter_output(
+        name=UBUNTU_AMI_PARAMETER.format(arch=UBUNTU_ARCH[arch]),
+        opts=pulumi.InvokeOutputOptions(parent=parent),
+    ).value
 
 
 @cache
