@@ -82,9 +82,12 @@ class Scenario:
     aws_credentials: str = "valid"
     server_up: bool = True
     installer_failures: int = 0  # the first N runs of the install script fail, as a failed download would
-    # A server's snapshot bucket (named in its k3s config) and the keys it holds when the node boots.
+    # A server's snapshot bucket (named in its k3s config) and what it holds at boot (key: content).
     snapshot_bucket: str = ""
-    bucket_objects: list[str] = field(default_factory=list)
+    bucket_objects: dict[str, str] = field(default_factory=dict)
+    # A server's own k3s answers on 127.0.0.1:6443 once the (stand-in) install has run, unless this is False:
+    # a first start that failed without the install script noticing.
+    local_server_starts: bool = True
     workdir: str = ""
 
     @property
@@ -202,6 +205,20 @@ def _peer_handler(fakes: Fakes):
     return Peer
 
 
+def _local_server_handler(fakes: Fakes, installed: Path):
+    """The node's own k3s: /cacerts answers once the install has run (and the scenario lets it start)."""
+    answer = _handler(fakes, lambda *a: _text(200, "server CA bundle"))
+
+    class LocalServer(answer):  # type: ignore[misc, valid-type]
+        def handle(self) -> None:
+            if not (installed.exists() and fakes.scenario.local_server_starts):
+                fakes.record(host="local-server", method="", path="", status=0, error="closed")
+                return
+            super().handle()
+
+    return LocalServer
+
+
 def _serve(address: str, port: int, handler, tls: ssl.SSLContext | None = None) -> None:
     server = http.server.ThreadingHTTPServer((address, port), handler)
     if tls is not None:
@@ -251,8 +268,8 @@ class AwsWorld:
         if self.scenario.snapshot_bucket:
             s3 = self.client("s3")
             s3.create_bucket(Bucket=self.scenario.snapshot_bucket)
-            for key in self.scenario.bucket_objects:
-                s3.put_object(Bucket=self.scenario.snapshot_bucket, Key=key, Body=b"snapshot")
+            for key, content in self.scenario.bucket_objects.items():
+                s3.put_object(Bucket=self.scenario.snapshot_bucket, Key=key, Body=content.encode())
         secrets = self.client("secretsmanager")
         arn = secrets.create_secret(
             Name=self.scenario.secret_id.rsplit(":", 1)[-1].rsplit("-", 1)[0],
@@ -339,7 +356,7 @@ class GceWorld:
     def __init__(self, fakes: Fakes):
         self.fakes = fakes
         self.scenario = fakes.scenario
-        self.objects = {key: len(b"snapshot") for key in self.scenario.bucket_objects}
+        self.objects = {key: len(content.encode()) for key, content in self.scenario.bucket_objects.items()}
 
     def bucket_objects(self) -> dict[str, int]:
         return dict(self.objects)
@@ -563,6 +580,7 @@ def main(workdir: Path) -> None:
         answering.append(scenario.server_address)
     for host in answering:
         _serve(addresses[host], 6443, _peer_handler(fakes), tls)
+    _serve("127.0.0.1", 6443, _local_server_handler(fakes, workdir / "fakes" / "records" / "installer"), tls)
     hosts = workdir / "hosts"
     hosts.write_text(
         "127.0.0.1 localhost\n"

@@ -191,9 +191,9 @@ def test_agents_wait_for_the_server_boundedly_before_installing():
     wait, install = script.index("/cacerts"), script.index("INSTALL_K3S_EXEC=agent")
     assert wait < install
     assert script.index("retry() {") < script.index('retry "waiting for server')
-    assert (
-        "if [ $((waited + pause)) -gt 600 ]; then" in script and 'log "$1: giving up"\n    exit 1' in script
-    )
+    assert "limit=${3:-600}" in script and 'log "$1: giving up"\n    exit 1' in script
+    assert "\nwait_limit=480\n" in script
+    assert 'retry "waiting for server $server" server_answers "$wait_limit"' in script
 
 
 def test_server_config_is_hardened_and_reads_tokens_from_files():

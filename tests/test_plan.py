@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import difflib
+import gzip
 import json
 import re
 import subprocess
@@ -93,6 +95,10 @@ def test_the_plan_shows_the_cloud_config_inside_ec2_user_data(aws_k3s):
     registration = aws_k3s.by_name("ml-server-0")
     plain = dataclasses.replace(registration, inputs={**registration.inputs, "userDataBase64": "I2Nsb3Vk"})
     assert readable_inputs(plain)["userDataBase64"] == "I2Nsb3Vk"
+    # Nor is a truncated gzip stream decoded (it would not decompress).
+    truncated = base64.b64encode(gzip.compress(b"#cloud-config\n")[:12]).decode()
+    cut = dataclasses.replace(registration, inputs={**registration.inputs, "userDataBase64": truncated})
+    assert readable_inputs(cut)["userDataBase64"] == truncated
 
 
 def test_the_full_text_plan_shows_every_resource_and_the_dependencies(aws_eks):

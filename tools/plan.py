@@ -31,6 +31,7 @@ import gzip
 import json
 import sys
 import textwrap
+import zlib
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -121,7 +122,7 @@ def readable_inputs(resource: Registration) -> dict[str, Any]:
     value = inputs.get(key) if key else None
     if isinstance(value, str) and value not in (SECRET_MARK, UNKNOWN_MARK):
         # Anything not gzipped by this toolkit is shown as sent.
-        with contextlib.suppress(binascii.Error, gzip.BadGzipFile, UnicodeDecodeError):
+        with contextlib.suppress(binascii.Error, gzip.BadGzipFile, EOFError, zlib.error, UnicodeDecodeError):
             inputs[key] = DECODED_MARK + gzip.decompress(base64.b64decode(value, validate=True)).decode()
     return inputs
 

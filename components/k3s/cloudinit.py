@@ -110,6 +110,9 @@ DISABLED_ADDONS = ("traefik", "servicelb", "local-storage")
 # instance start and the install taking their share: a later success would only be thrown away. Servers
 # have no such clock.
 WAIT_BUDGET_SECONDS = {"agent": 600, "server": 1800}
+# Of that, what waiting for another node (the server, a peer) may not take: the install, and on a server the
+# check that its k3s answers, always get these seconds of retries.
+INSTALL_RESERVE_SECONDS = {"agent": 120, "server": 300}
 # Scheduled etcd snapshots, every six hours; each server keeps its last 28 (a week) in the bucket. k3s's own
 # defaults are every 12 hours and 5 (k3s pkg/cli/cmds/server.go).
 SNAPSHOT_SCHEDULE = "0 */6 * * *"
@@ -138,8 +141,9 @@ class NodeBootstrap:
     fetch_secret_py: str
     # Run on servers with python3 and two arguments: `founded <bucket>` prints `founded` when the snapshot
     # bucket holds anything (a cluster was founded from it: the bucket is the stack's own) and `new` when it
-    # is empty; `record <bucket>` writes the founding marker, an empty object outside the snapshots' folder
-    # (k3s lists the folder and skips empty objects: k3s pkg/etcd/s3 ListSnapshots). Non-zero exit when the
+    # is empty; `record <bucket>` writes the founding marker, an empty object: k3s lists the keys that start
+    # with the folder name (a cluster named `gpu` takes in `gpu-k8s/founded` too) and skips empty objects
+    # (k3s pkg/etcd/s3 ListSnapshots), and prunes only its own snapshots' names. Non-zero exit when the
     # bucket cannot be asked.
     snapshot_store_py: str
     # Modules the fetch script imports (name: content), written beside it.
@@ -404,17 +408,24 @@ def bootstrap_script(
     if role == "server":
         prepare = f"install -d -m 0700 {AUDIT_LOG_DIR}\n{prepare}"
     budget = WAIT_BUDGET_SECONDS[role]
+    wait_line = (
+        "# Waiting for another node ends here, so the install keeps its share.\n"
+        f"wait_limit={budget - INSTALL_RESERVE_SECONDS[role]}\n"
+        if "$wait_limit" in start
+        else ""
+    )
     return f"""#!/bin/bash
 # gpu-k8s first boot of a k3s {role}. Progress goes to the serial console; no secret is ever printed.
 set -euo pipefail
 exec > >(tee -a /var/log/gpu-k8s-bootstrap.log > /dev/console) 2>&1
 log() {{ echo "gpu-k8s: $*"; }}
-# Seconds this boot has waited between attempts, every step together; at most {budget}.
+# Seconds this boot has waited between attempts, every step together: at most {budget}. (Waits, not the
+# attempts' own time: each question times out within seconds.)
 waited=0
-# keep_trying <what> <command>: run the command until it succeeds, waiting longer each time; fail once the
-# next wait would take the boot past {budget} s of waiting.
+{wait_line}# keep_trying <what> <command> [limit]: run the command until it succeeds, waiting longer each
+# time; fail once the next wait would take the boot past `limit` ({budget} by default) seconds of waiting.
 keep_trying() {{
-  local attempt=0 pause
+  local attempt=0 pause limit=${{3:-{budget}}}
   while true; do
     attempt=$((attempt + 1))
     if "$2"; then
@@ -422,8 +433,8 @@ keep_trying() {{
       return 0
     fi
     pause=$((attempt < 6 ? attempt * 5 : 30))
-    if [ $((waited + pause)) -gt {budget} ]; then
-      log "$1: attempt $attempt failed, and this boot has waited $waited of its {budget} s"
+    if [ $((waited + pause)) -gt "$limit" ]; then
+      log "$1: attempt $attempt failed, and this boot has waited $waited of its $limit s"
       return 1
     fi
     log "$1: attempt $attempt failed; trying again in $pause s"
@@ -431,9 +442,9 @@ keep_trying() {{
     waited=$((waited + pause))
   done
 }}
-# retry <what> <command>: keep_trying, and end the boot when that fails.
+# retry <what> <command> [limit]: keep_trying, and end the boot when that fails.
 retry() {{
-  keep_trying "$1" "$2" || {{
+  keep_trying "$@" || {{
     log "$1: giving up"
     exit 1
   }}
@@ -452,10 +463,13 @@ cat > {NODE_CONFIG} <<NODE_CONFIG
 {node_config}
 NODE_CONFIG
 {start}
-# The install script downloads the binary itself, without retrying: the whole step is retried.
+# The install script downloads the binary itself, without retrying: the whole step is retried. A retry
+# restarts k3s even when the files are unchanged (the install script skips the start then, so a failed
+# first start would otherwise pass for a started one).
 install_k3s() {{
-  curl -sfL --retry 10 --retry-connrefused -o {INSTALL_FILE} {shlex.quote(install_url(k3s_version))} &&
-    INSTALL_K3S_SKIP_ENABLE=$skip_start INSTALL_K3S_SKIP_START=$skip_start \
+  curl -sfL --connect-timeout 10 --max-time 60 --retry 10 --retry-connrefused -o {INSTALL_FILE} \\
+    {shlex.quote(install_url(k3s_version))} &&
+    INSTALL_K3S_SKIP_ENABLE=$skip_start INSTALL_K3S_SKIP_START=$skip_start INSTALL_K3S_FORCE_RESTART=true \\
       INSTALL_K3S_VERSION={shlex.quote(k3s_version)} INSTALL_K3S_EXEC={role} sh {INSTALL_FILE}
 }}
 retry "installing k3s {k3s_version}" install_k3s
@@ -467,7 +481,7 @@ def wait_for_server(url: str) -> str:
     return f"""
 server={shlex.quote(url)}
 server_answers() {{ curl -sk --max-time 5 -o /dev/null "$server/cacerts"; }}
-retry "waiting for server $server" server_answers
+retry "waiting for server $server" server_answers "$wait_limit"
 """
 
 
@@ -502,7 +516,8 @@ else
 fi"""
         return f"\nfounding=false\n{decide}\n"
     if founder:
-        wait_or_restore = f"""if keep_trying "waiting for another server to join" answering_peer; then
+        peer_wait = 'keep_trying "waiting for another server to join" answering_peer "$wait_limit"'
+        wait_or_restore = f"""if {peer_wait}; then
 {textwrap.indent(join, "  ")}
   return 0
 fi
@@ -526,7 +541,7 @@ founder_start() {{
 }}
 founder_start"""
     else:
-        decide = f"""retry "waiting for another server to join" answering_peer
+        decide = f"""retry "waiting for another server to join" answering_peer "$wait_limit"
 {join}"""
     peers = " ".join(shlex.quote(url) for url in peer_urls)
     return f"""
@@ -547,12 +562,15 @@ answering_peer() {{
 
 
 def server_started(bucket: str) -> str:
-    """After the install: the founder records the founding in the bucket at once (the first scheduled
-    snapshot may be hours away); a server installed for a restore ends its boot as failed."""
+    """After the install: a server installed for a restore ends its boot as failed; the others wait until
+    their k3s answers, and the founder then records the founding in the bucket at once (the first scheduled
+    snapshot may be hours away)."""
     return f"""if [ "$skip_start" = true ]; then
   log "k3s is installed, not started: restore a snapshot here (stacks/K3S.md, Restoring)"
   exit 1
 fi
+local_server_answers() {{ curl -sk --max-time 5 -o /dev/null "https://127.0.0.1:{API_PORT}/cacerts"; }}
+retry "waiting for this server's k3s to answer" local_server_answers
 log "k3s server started"
 if [ "$founding" = true ]; then
   record_founding() {{ python3 {SNAPSHOT_STORE_FILE} record {shlex.quote(bucket)}; }}

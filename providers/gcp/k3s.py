@@ -116,9 +116,10 @@ NODE_ACCESS_METADATA = {
     "serial-port-enable": "FALSE",
 }
 # Spot VMs get 30 seconds between the preemption notice and the hard stop (Compute Engine). The kubelet
-# holds the shutdown that long and gives the last 15 to critical pods, GKE's own split (GKE graceful node
-# shutdown docs); it raises logind's InhibitDelayMaxSec itself when that is shorter.
-SPOT_GRACEFUL_SHUTDOWN = {"shutdownGracePeriod": "30s", "shutdownGracePeriodCriticalPods": "15s"}
+# holds the shutdown 25 of them, so the OS powers off before the stop instead of racing it: workload pods
+# keep GKE's 15 s (GKE graceful node shutdown docs) and critical pods get the next 10. The kubelet raises
+# logind's InhibitDelayMaxSec itself when that is shorter.
+SPOT_GRACEFUL_SHUTDOWN = {"shutdownGracePeriod": "25s", "shutdownGracePeriodCriticalPods": "10s"}
 # The PD CSI controller creates, resizes, snapshots and deletes disks: upstream names this role as required
 # next to its custom attach/detach role and a scoped serviceAccountUser (docs/kubernetes/user-guides/
 # driver-install.md at v1.26.4, commit 6e7ea1c). It documents no narrower set, so none is guessed here.

@@ -21,6 +21,8 @@ def s3(method, bucket, key, query, body=b""):
     host = f"s3.{region}.amazonaws.com"
     path = f"/{bucket}/{key}"
     headers = {"x-amz-content-sha256": hashlib.sha256(body).hexdigest()}
+    if method == "PUT":
+        headers["content-type"] = "application/octet-stream"
     now = datetime.datetime.now(datetime.UTC)
     signed = sign(method, host, path, query, headers, body, "s3", region, credentials, now)
     url = f"https://{host}{urllib.parse.quote(path, safe='/-_.~')}"
