@@ -353,7 +353,7 @@ def test_gpu_pools_are_asgs_from_zero_with_template_tags_matching_the_pool(aws_k
         assert tags["k8s.io/cluster-autoscaler/node-template/taint/nvidia.com/gpu"] == "true:NoSchedule"
     l4 = {t["key"]: t["value"] for t in groups["l4"].inputs["tags"]}
     assert l4["k8s.io/cluster-autoscaler/node-template/resources/nvidia.com/gpu"] == "4"  # 1 L4 x 4 slices
-    assert l4["k8s.io/cluster-autoscaler/node-template/resources/ephemeral-storage"] == "200Gi"
+    assert l4["k8s.io/cluster-autoscaler/node-template/resources/ephemeral-storage"] == "170Gi"  # 85% of 200
     assert l4["k8s.io/cluster-autoscaler/node-template/label/gpu-k8s.io/capacity-type"] == "spot"
     h100 = {t["key"]: t["value"] for t in groups["h100"].inputs["tags"]}
     assert (

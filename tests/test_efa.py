@@ -65,8 +65,10 @@ def test_scale_from_zero_and_the_queue_know_the_interfaces(aws_eks):
     assert tags == {
         "nvidia.com/gpu": "8",
         EFA: "32",
-        "hugepages-2Mi": "10256Mi",
-        "ephemeral-storage": "500Gi",
+        # The 5120Mi EKS's NCCL test asks for (what an EKS EFA node reserves is unconfirmed: AN-D4), and
+        # 85% of the 500 GiB volume, under the kubelet's allocatable (AN-D3).
+        "hugepages-2Mi": "5120Mi",
+        "ephemeral-storage": "425Gi",
     }
     (queue,) = [
         r

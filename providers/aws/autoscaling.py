@@ -68,21 +68,34 @@ def asg_tag_issues(
 
 
 # "Amazon EC2 instances with the EFA driver installed pre-allocate 5128 2MiB Huge Pages" (EKS user guide,
-# node-efa.adoc, awsdocs/amazon-eks-user-guide 4d52b4d): 5128 x 2 MiB.
+# node-efa.adoc, awsdocs/amazon-eks-user-guide 4d52b4d): 5128 x 2 MiB. k3s EFA agents reserve exactly that
+# many themselves (providers/aws/efa.py EFA_AGENT_SYSCTLS).
 EFA_HUGE_PAGES_RESOURCE = "hugepages-2Mi"
 EFA_HUGE_PAGE_COUNT = 5128
 EFA_HUGE_PAGES = f"{EFA_HUGE_PAGE_COUNT * 2}Mi"
+# On EKS the AMI installs EFA with `--minimal`, whose efa-config may size huge pages to need (review-aws
+# AN-D4: amazon-eks-ami install-efa.sh, awslabs/libfabric-ci-scripts#122): what an EKS EFA node really
+# has is UNCONFIRMED. Its template promises only the 5120Mi the EKS NCCL test asks for, so a pod the
+# autoscaler scales a node up for fits on it.
+EKS_EFA_HUGE_PAGES = "5120Mi"
+# The kubelet's allocatable ephemeral storage is the root filesystem's size (a few per cent under the volume)
+# less the hard eviction threshold (nodefs.available 10% by default: Kubernetes "Node-pressure eviction";
+# k3s sets 5%) and reserved space (EKS reserves 1Gi). A group at zero advertises this share of its volume,
+# below all of these, so no pod is scaled up for that cannot fit the node it gets (review-aws AN-D3).
+ALLOCATABLE_DISK_SHARE = 0.85
 
 
-def aws_node_template(pool: GpuPool, cluster_unneeded_time: str) -> NodeTemplate:
-    """The pool's template plus the ephemeral storage a node brings (its root volume), which the AWS
+def aws_node_template(pool: GpuPool, cluster_unneeded_time: str, efa_huge_pages: str) -> NodeTemplate:
+    """The pool's template plus the ephemeral storage a node brings (from its root volume), which the AWS
     provider cannot know for a group at zero (cloudprovider/aws/README.md: node-template resources); a pod
-    asking for ephemeral-storage would otherwise never scale the pool up."""
+    asking for ephemeral-storage would otherwise never scale the pool up. `efa_huge_pages`: what an EFA node
+    of the platform has."""
     template = node_template(pool, cluster_unneeded_time)
-    resources = {**template.resources, "ephemeral-storage": f"{pool.spec.disk_size_gib}Gi"}
+    disk = int(pool.spec.disk_size_gib * ALLOCATABLE_DISK_SHARE)
+    resources = {**template.resources, "ephemeral-storage": f"{disk}Gi"}
     if EFA_RESOURCE in pool.interconnect_resources:
         # NCCL over EFA asks for huge pages; a group at zero must show them or such a pod never scales it up.
-        resources[EFA_HUGE_PAGES_RESOURCE] = EFA_HUGE_PAGES
+        resources[EFA_HUGE_PAGES_RESOURCE] = efa_huge_pages
     return dataclasses.replace(template, resources=resources)
 
 

@@ -21,6 +21,7 @@ from gpu_k8s.components.spec import GpuPoolSpec, pool_child_name
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
     ACCELERATOR_LABEL,
+    EKS_EFA_HUGE_PAGES,
     AutoscalerIdentity,
     asg_tag_issues,
     autoscaler_cloud_values,
@@ -424,7 +425,9 @@ def build(spec: EksClusterSpec) -> GpuCluster:
     unneeded_time = cluster_scale_down_unneeded_time(pools)
     raise_if_any(
         asg_tag_issues(
-            pools, lambda pool: scale_from_zero_tags(aws_node_template(pool, unneeded_time)), EKS_ASG_TAGS
+            pools,
+            lambda pool: scale_from_zero_tags(aws_node_template(pool, unneeded_time, EKS_EFA_HUGE_PAGES)),
+            EKS_ASG_TAGS,
         )
     )
     provider = aws_provider(spec.name, region)

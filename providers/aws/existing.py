@@ -54,6 +54,7 @@ from gpu_k8s.components.spec import (
     parse_structure,
 )
 from gpu_k8s.providers.aws.autoscaling import (
+    EKS_EFA_HUGE_PAGES,
     AutoscalerIdentity,
     asg_tag_issues,
     autoscaler_cloud_values,
@@ -346,7 +347,7 @@ def build_existing_eks_gpu_layer(name: str, raw: object | None = None) -> GpuClu
         raise_if_any(
             asg_tag_issues(
                 pools,
-                lambda pool: scale_from_zero_tags(aws_node_template(pool, unneeded_time)),
+                lambda pool: scale_from_zero_tags(aws_node_template(pool, unneeded_time, EKS_EFA_HUGE_PAGES)),
                 EKS_ASG_TAGS + 1,  # and the layer's tag
             )
         )

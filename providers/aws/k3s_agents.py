@@ -13,7 +13,12 @@ from gpu_k8s.components.cluster import GpuPool
 from gpu_k8s.components.k3s.cloudinit import AgentNode, ImageCredentialProvider, agent_cloud_config
 from gpu_k8s.components.k3s.control_plane import agent_taints
 from gpu_k8s.components.spec import GpuPoolSpec
-from gpu_k8s.providers.aws.autoscaling import aws_node_template, scale_from_zero_tags, zone_limits
+from gpu_k8s.providers.aws.autoscaling import (
+    EFA_HUGE_PAGES,
+    aws_node_template,
+    scale_from_zero_tags,
+    zone_limits,
+)
 from gpu_k8s.providers.aws.cloud_controller import cluster_owned_tag
 from gpu_k8s.providers.aws.efa import (
     EFA_AGENT_SERVICE_SETTINGS,
@@ -74,7 +79,9 @@ def agent_labels(pool: GpuPool) -> dict[str, str]:
 def asg_tags(cluster_name: str, pool: GpuPool, cluster_unneeded_time: str) -> dict[str, str]:
     """Auto-discovery tags (the autoscaler's policy may write only to groups tagged `owned`) and the pool's
     scale-from-zero template."""
-    template = dataclasses.replace(aws_node_template(pool, cluster_unneeded_time), labels=agent_labels(pool))
+    template = dataclasses.replace(
+        aws_node_template(pool, cluster_unneeded_time, EFA_HUGE_PAGES), labels=agent_labels(pool)
+    )
     return {
         AUTO_DISCOVERY_TAG: "true",
         cluster_autoscaler_tag(cluster_name): "owned",

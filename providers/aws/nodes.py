@@ -21,7 +21,12 @@ from gpu_k8s.components.spec import (
     TaintSpec,
     pool_child_name,
 )
-from gpu_k8s.providers.aws.autoscaling import aws_node_template, scale_from_zero_tags, zone_limits
+from gpu_k8s.providers.aws.autoscaling import (
+    EKS_EFA_HUGE_PAGES,
+    aws_node_template,
+    scale_from_zero_tags,
+    zone_limits,
+)
 from gpu_k8s.providers.aws.efa import efa_interfaces
 
 # Families the EKS-optimized AL2023 NVIDIA AMIs cover (EKS user guide, ml-eks-optimized-ami; REFERENCE 3.1).
@@ -377,7 +382,7 @@ class GpuNodePool(pulumi.ComponentResource):
             name, spec.disk_size_gib, {**ctx.launch_tags, "Name": name}, self, block, efa
         )
         tags = {
-            **scale_from_zero_tags(aws_node_template(pool, ctx.cluster_unneeded_time)),
+            **scale_from_zero_tags(aws_node_template(pool, ctx.cluster_unneeded_time, EKS_EFA_HUGE_PAGES)),
             **ctx.discovery_tags,
         }
         self.node_groups = []
