@@ -427,7 +427,7 @@ def test_scale_from_zero_templates_advertise_what_a_new_node_offers(mixed_sharin
             for k, v in _template(mixed_sharing, pool).items()
             if k.startswith("resources/")
         }
-        assert found.pop("ephemeral-storage") == "200Gi"  # the pools' default root volume
+        assert found.pop("ephemeral-storage") == "170Gi"  # 85% of the pools' default 200 GiB root volume
         return found
 
     # 8 GPUs per node each; mixed strategy (the cluster has multi-profile layouts): one resource per profile.
