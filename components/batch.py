@@ -190,8 +190,11 @@ def kueue_configuration(batch: BatchSpec) -> dict[str, Any]:
         # time and waits longer each time (60 s doubling, at most 30 min), and after `requeueLimit` evictions
         # it is deactivated instead of starting nodes again forever (review-training.md T3; Kueue 0.19.2
         # apis/config/v1beta2 RequeuingStrategy).
+        # A running job that lost a pod (node loss, spot reclaim) is evicted and queued again after
+        # `recoveryTimeout`, not the whole `timeout`: its replacement pod gets no node otherwise (T1).
         "waitForPodsReady": {
             "timeout": batch.pods_ready_timeout,
+            "recoveryTimeout": batch.recovery_timeout,
             "blockAdmission": False,
             "requeuingStrategy": {
                 "timestamp": "Creation",

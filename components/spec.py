@@ -175,6 +175,9 @@ GO_DURATION_MAX_SECONDS = (2**63 - 1) // 10**9
 # A GPU node started from zero needs minutes to boot, set up its driver and pull a CUDA image; a shorter
 # wait would evict jobs that are only waiting for their nodes.
 MIN_PODS_READY_MINUTES = 10
+# A pod that restarts in place is ready again within seconds to a minute; a shorter recovery timeout would
+# evict a job for it.
+MIN_RECOVERY_SECONDS = 60
 
 
 class BatchSpec(StrictModel):
@@ -189,6 +192,11 @@ class BatchSpec(StrictModel):
     # How many times an evicted job is queued again before Kueue deactivates it (`.spec.active: false`):
     # a job that cannot start never keeps starting GPU nodes.
     requeue_limit: Annotated[int, Field(ge=0, le=100)] = 6
+    # How long a running job may miss a pod (a node lost, a spot node reclaimed) before Kueue evicts and
+    # queues it again: a replacement pod of a job admitted through a provisioning request is left alone by
+    # the cluster-autoscaler, so only a new admission gets it a node (review-training.md T1). Kueue's
+    # default is the whole podsReadyTimeout, during which the job's other GPUs idle.
+    recovery_timeout: str = "5m"
 
 
 class StorageSpec(StrictModel):
@@ -836,28 +844,39 @@ def _batch_issues(batch: BatchSpec) -> Iterable[ConfigIssue]:
         elif namespace in seen:
             yield ConfigIssue(where, namespace, "listed twice", "list each namespace once")
         seen.add(namespace)
-    seconds = duration_seconds(batch.pods_ready_timeout)
+    yield from _duration_issues(
+        "podsReadyTimeout",
+        batch.pods_ready_timeout,
+        MIN_PODS_READY_MINUTES * 60,
+        f"is shorter than a GPU node takes to start from zero (allow at least {MIN_PODS_READY_MINUTES}m)",
+        'use "30m" unless your pools keep warm nodes (minNodes)',
+    )
+    yield from _duration_issues(
+        "recoveryTimeout",
+        batch.recovery_timeout,
+        MIN_RECOVERY_SECONDS,
+        "is shorter than a pod takes to restart in place (and 0s turns the check off: a job that lost a pod "
+        "would wait for it forever)",
+        'use "5m"',
+    )
+
+
+def _duration_issues(
+    key: str, value: str, minimum_seconds: int, too_short: str, fix_short: str
+) -> Iterable[ConfigIssue]:
+    """A `batch` duration Kueue reads as a Go time.Duration, at least `minimum_seconds`."""
+    seconds = duration_seconds(value)
     if seconds is None:
-        yield ConfigIssue(
-            config_path("batch", "podsReadyTimeout"),
-            batch.pods_ready_timeout,
-            "not a duration",
-            'write it like "30m" or "1h"',
-        )
+        yield ConfigIssue(config_path("batch", key), value, "not a duration", 'write it like "30m" or "1h"')
     elif seconds > GO_DURATION_MAX_SECONDS:
         yield ConfigIssue(
-            config_path("batch", "podsReadyTimeout"),
-            batch.pods_ready_timeout,
+            config_path("batch", key),
+            value,
             "is longer than a Go duration holds (about 292 years), which is how Kueue reads it",
             'write something like "30m" or "2h"',
         )
-    elif seconds < MIN_PODS_READY_MINUTES * 60:
-        yield ConfigIssue(
-            config_path("batch", "podsReadyTimeout"),
-            batch.pods_ready_timeout,
-            f"is shorter than a GPU node takes to start from zero (allow at least {MIN_PODS_READY_MINUTES}m)",
-            'use "30m" unless your pools keep warm nodes (minNodes)',
-        )
+    elif seconds < minimum_seconds:
+        yield ConfigIssue(config_path("batch", key), value, too_short, fix_short)
 
 
 def gpu_pool_issues(

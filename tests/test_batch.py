@@ -4,13 +4,14 @@ whose stack turns it on, and nothing of it where `batch` is absent."""
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
 from gpu_k8s.tools.engine import Recording, run_program
-from tests.conftest import assert_refused_before_any_resource, set_path, some
+from tests.conftest import assert_refused_before_any_resource, set_path, some, upstream
 
 KUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:"
 
@@ -243,6 +244,18 @@ BAD_BATCH = [
         ("not a duration",),
     ),
     (
+        "recovery-off",
+        set_path("batch.recoveryTimeout", "0s"),
+        "gpu-k8s:cluster.batch.recoveryTimeout",
+        ("0s turns the check off", 'use "5m"'),
+    ),
+    (
+        "recovery-not-duration",
+        set_path("batch.recoveryTimeout", "5 minutes"),
+        "gpu-k8s:cluster.batch.recoveryTimeout",
+        ("not a duration",),
+    ),
+    (
         "negative-requeue",
         set_path("batch.requeueLimit", -1),
         "gpu-k8s:cluster.batch.requeueLimit",
@@ -319,3 +332,81 @@ def test_an_evicted_job_is_requeued_a_bounded_number_of_times(aws_eks, aws_eks_c
     config = copy.deepcopy(aws_eks_config)
     config["gpu-k8s:cluster"]["batch"]["requeueLimit"] = 2
     assert strategy(run_program("requeue", config))["backoffLimitCount"] == 2
+
+
+def kueue_config(rec: Recording) -> dict[str, Any]:
+    import yaml
+
+    (release,) = [r for r in rec.by_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "kueue"]
+    return yaml.safe_load(release.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])
+
+
+def test_a_job_that_loses_a_pod_is_queued_again_after_the_recovery_timeout(aws_eks, aws_eks_config):
+    """review-training.md T1: a replacement pod of a job admitted through a provisioning request gets no
+    node from the autoscaler, so the job must be queued again (a new request) soon, not after the whole
+    podsReadyTimeout that Kueue uses by default (apis/config/v1beta2 defaults.go at v0.19.2)."""
+    wait = kueue_config(aws_eks)["waitForPodsReady"]
+    assert (wait["timeout"], wait["recoveryTimeout"]) == ("30m", "5m")
+    config = copy.deepcopy(aws_eks_config)
+    config["gpu-k8s:cluster"]["batch"]["recoveryTimeout"] = "10m"
+    assert kueue_config(run_program("recovery", config))["waitForPodsReady"]["recoveryTimeout"] == "10m"
+
+
+def go_struct_fields(source: str) -> dict[str, dict[str, str]]:
+    """Each Go struct of the file: its JSON field names and their Go types (inline members merged; those of
+    other packages' types keep their JSON names only for TypeMeta, the one this file embeds)."""
+    structs: dict[str, dict[str, str]] = {}
+    inline: dict[str, list[str]] = {}
+    for name, body in re.findall(r"^type (\w+) struct \{\n(.*?)^\}", source, re.S | re.M):
+        fields = structs.setdefault(name, {})
+        for go_type, json_name, options in re.findall(
+            r"^\t(?:\w+\s+)?([\w.*\[\]]+)\s+`json:\"([^\",]*)((?:,[^\"]*)?)\"", body, re.M
+        ):
+            if json_name:
+                fields[json_name] = go_type
+            elif "inline" in options:
+                inline.setdefault(name, []).append(go_type)
+    for name, members in inline.items():
+        for member in members:
+            if member == "metav1.TypeMeta":
+                structs[name].update({"apiVersion": "string", "kind": "string"})
+            else:
+                structs[name].update(structs[member])
+    return structs
+
+
+def unknown_config_fields(
+    value: Any, go_type: str, structs: dict[str, dict[str, str]], path: str
+) -> list[str]:
+    bare = go_type.lstrip("*")
+    if bare.startswith("[]") and isinstance(value, list):
+        return [
+            f
+            for i, v in enumerate(value)
+            for f in unknown_config_fields(v, bare[2:], structs, f"{path}[{i}]")
+        ]
+    if bare not in structs or not isinstance(value, dict):
+        return []  # a scalar, a map, or another package's type
+    fields = structs[bare]
+    return [f"{path}.{key}" for key in value if key not in fields] + [
+        found
+        for key, item in value.items()
+        if key in fields
+        for found in unknown_config_fields(item, fields[key], structs, f"{path}.{key}")
+    ]
+
+
+def test_every_field_of_the_kueue_configuration_is_one_kueue_reads(aws_eks):
+    """Kueue refuses to start on a Configuration field it does not know, and no offline check would see a
+    misspelt one: each key is matched against Kueue's own types at the pinned release
+    (upstream/kueue/0.19.2/configuration_types.go, apis/config/v1beta2 at 8eab687)."""
+    structs = go_struct_fields(upstream("kueue/0.19.2/configuration_types.go").read_text())
+    assert {"timeout", "recoveryTimeout", "requeuingStrategy"} <= set(structs["WaitForPodsReady"])
+    config = kueue_config(aws_eks)
+    assert unknown_config_fields(config, "Configuration", structs, "config") == []
+    config["waitForPodsReady"]["recoveryTimout"] = "5m"
+    config["integrations"]["framework"] = []
+    assert unknown_config_fields(config, "Configuration", structs, "config") == [
+        "config.waitForPodsReady.recoveryTimout",
+        "config.integrations.framework",
+    ]

@@ -686,6 +686,7 @@ def test_kueue_reads_all_or_nothing_admission_and_gpu_only_quotas_from_its_confi
     configuration = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
     assert configuration["waitForPodsReady"] == {
         "timeout": "30m",
+        "recoveryTimeout": "5m",
         "blockAdmission": False,
         # Bounded retries (tests/test_batch.py), as the chart renders them into Kueue's configuration.
         "requeuingStrategy": {
