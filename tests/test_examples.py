@@ -285,6 +285,31 @@ def test_the_ddp_jobsets_pass_the_pinned_jobset_crd_strictly(file_name):
     assert config_map["metadata"]["namespace"] == jobset["metadata"]["namespace"]
 
 
+@pytest.mark.parametrize("file_name", sorted(DDP_JOBSETS))
+def test_a_disrupted_worker_restarts_the_group_without_spending_a_restart(file_name):
+    """review-training.md T1: spot reclaims and drains must not use up `maxRestarts`. A pod that Kubernetes
+    disrupted carries the DisruptionTarget condition; the Job's pod failure policy then fails the Job with
+    reason PodFailurePolicy (batch/v1 JobReasonPodFailurePolicy), which the JobSet's first rule restarts
+    without counting. Failures of the program itself still count (no other rule)."""
+    jobset = ddp_jobset(file_name)
+    rules = jobset["spec"]["failurePolicy"]["rules"]
+    assert rules == [
+        {
+            "name": "restartOnDisruption",
+            "action": "RestartJobSetAndIgnoreMaxRestarts",
+            "onJobFailureReasons": ["PodFailurePolicy"],
+        }
+    ]
+    assert jobset["spec"]["failurePolicy"]["maxRestarts"] == 3
+    for replicated in jobset["spec"]["replicatedJobs"]:
+        job = replicated["template"]["spec"]
+        assert job["podFailurePolicy"]["rules"] == [
+            {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}
+        ]
+        # A pod failure policy needs pods that are not restarted in place (Job API validation).
+        assert job["template"]["spec"]["restartPolicy"] == "Never"
+
+
 @pytest.mark.parametrize(("file_name", "pool_name"), sorted(DDP_JOBSETS.items()))
 def test_kueue_can_admit_each_ddp_jobset_whole_on_the_aws_eks_stack(aws_eks, file_name, pool_name):
     """Both workers fit the queue of the pool the JobSet names, for every resource the queue counts, and
