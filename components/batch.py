@@ -7,11 +7,13 @@ share a cohort, so an idle pool's quota lends to a busy one. Each listed namespa
 pool, named after the pool. A job is admitted whole or not at all (waitForPodsReady): if its pods are not
 all running within `batch.podsReadyTimeout`, scaling from zero included, it is evicted and queued again.
 
-Where this toolkit runs the cluster-autoscaler (EKS, k3s), a job holding its quota is admitted only once the
-autoscaler has the nodes for all its pods: Kueue's ProvisioningRequest admission check asks the autoscaler
-for the job's pods as one request of the class `best-effort-atomic-scale-up.autoscaling.x-k8s.io`, which
-scales the pool up for all of them or for none (cluster-autoscaler FAQ, "How can I use ProvisioningRequest
-to run batch workloads"), so half a job never holds GPU nodes while it waits for the rest. On GKE, whose
+Where this toolkit runs the cluster-autoscaler (EKS, k3s), a job holding its quota is admitted once the
+autoscaler has asked the cloud for nodes for all its pods: Kueue's ProvisioningRequest admission check asks
+the autoscaler for the job's pods as one request of the class
+`best-effort-atomic-scale-up.autoscaling.x-k8s.io`. On AWS and Compute Engine that is not atomic (their
+node groups do not implement AtomicIncreaseSize, so the class raises the groups' sizes and reports the
+request provisioned: review-training.md T2): when the cloud delivers only some nodes, `waitForPodsReady`
+evicts and requeues the job after its timeout. On GKE, whose
 own autoscaler ties ProvisioningRequests to node pools with queued provisioning (not created here), an
 admitted job's pods are pending until the autoscaler starts the pool's nodes, which it does because they
 are pending. Quotas count GPU slots only: CPU, memory, disk and huge pages are left to the scheduler
@@ -54,7 +56,8 @@ UNQUOTED_RESOURCE_PREFIXES = ("cpu", "memory", "ephemeral-storage", "hugepages-"
 # The job kinds Kueue queues; a JobSet counts once it is installed.
 QUEUED_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
 # Kueue's ProvisioningRequest admission check (Kueue docs, concepts/admission_check/provisioning_request at
-# v0.19.2): the controller name, and the class the cluster-autoscaler scales up all-or-nothing for.
+# v0.19.2): the controller name, and the class the cluster-autoscaler sizes up for all of a job's pods at
+# once.
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
 ATOMIC_SCALE_UP = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 PROVISIONING_CHECK = "gpu-nodes-provisioned"
@@ -85,7 +88,7 @@ def resource_flavor(pool: GpuPool) -> dict[str, Any]:
 
 
 def provisioning_request_config(pools: Sequence[GpuPool]) -> dict[str, Any]:
-    """What Kueue puts in the ProvisioningRequest it makes for a job: the all-or-nothing class, for the pod
+    """What Kueue puts in the ProvisioningRequest it makes for a job: the scale-up-at-once class, for the pod
     sets that ask for what the pools' quotas count (GPU slots, interconnect devices). A pod set without them
     (a launcher, a leader on the system nodes) stays out of the request, which it could keep from ever
     being satisfied (review-training.md T7; ProvisioningRequestConfig.spec.managedResources: "If not
