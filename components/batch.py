@@ -167,9 +167,10 @@ def local_queue(pool_name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def kueue_configuration(batch: BatchSpec) -> dict[str, Any]:
+def kueue_configuration(batch: BatchSpec, block_admission: bool) -> dict[str, Any]:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2): the chart's defaults, with all-or-nothing
-    admission, GPU-only quotas and the queued namespaces and job kinds."""
+    admission, GPU-only quotas and the queued namespaces and job kinds. `block_admission` where no
+    provisioning check sizes a job's nodes before it is admitted (GKE)."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -188,9 +189,12 @@ def kueue_configuration(batch: BatchSpec) -> dict[str, Any]:
             }
         },
         "clientConnection": {"qps": 300, "burst": 500},
-        # Without blockAdmission: a job waiting minutes for its nodes does not hold back the others; its quota
-        # is reserved, so no other job takes its place meanwhile. An evicted job keeps its place by creation
-        # time and waits longer each time (60 s doubling, at most 30 min), and after `requeueLimit` evictions
+        # With a provisioning check, no blockAdmission: a job waiting minutes for its nodes does not hold back
+        # the others; its quota is reserved, so no other job takes its place meanwhile. Without one (GKE), two
+        # multi-node jobs admitted together could each get part of their nodes and wait on each other until
+        # their timeouts, so admission waits until each admitted job runs (review-training.md T8; Kueue's
+        # site/content/en/docs/tasks/manage/setup_wait_for_pods_ready.md). An evicted job keeps its place by
+        # creation time and waits longer each time (60 s doubling, at most 30 min), and after `requeueLimit` evictions
         # it is deactivated instead of starting nodes again forever (review-training.md T3; Kueue 0.19.2
         # apis/config/v1beta2 RequeuingStrategy).
         # A running job that lost a pod (node loss, spot reclaim) is evicted and queued again after
@@ -198,7 +202,7 @@ def kueue_configuration(batch: BatchSpec) -> dict[str, Any]:
         "waitForPodsReady": {
             "timeout": batch.pods_ready_timeout,
             "recoveryTimeout": batch.recovery_timeout,
-            "blockAdmission": False,
+            "blockAdmission": block_admission,
             "requeuingStrategy": {
                 "timestamp": "Creation",
                 "backoffLimitCount": batch.requeue_limit,
@@ -220,13 +224,17 @@ def jobset_values(tolerations: Sequence[dict[str, str]]) -> dict[str, Any]:
     return {"image": dict(JOBSET_IMAGE), "controller": {"tolerations": list(tolerations)}}
 
 
-def kueue_values(batch: BatchSpec, tolerations: Sequence[dict[str, str]]) -> dict[str, Any]:
+def kueue_values(
+    batch: BatchSpec, tolerations: Sequence[dict[str, str]], block_admission: bool
+) -> dict[str, Any]:
     return {
         "controllerManager": {
             "manager": {"image": dict(KUEUE_IMAGE)},
             "tolerations": list(tolerations),
         },
-        "managerConfig": {"controllerManagerConfigYaml": yaml_text(kueue_configuration(batch))},
+        "managerConfig": {
+            "controllerManagerConfigYaml": yaml_text(kueue_configuration(batch, block_admission))
+        },
     }
 
 
@@ -262,7 +270,9 @@ class BatchQueues(pulumi.ComponentResource):
             version=KUEUE_CHART_VERSION,
             repository=KUEUE_REPOSITORY,
             namespace=kueue_namespace.metadata.name,
-            values=kueue_values(batch, cluster.traits.system_tolerations),
+            values=kueue_values(
+                batch, cluster.traits.system_tolerations, block_admission=provisioning_request_crd is None
+            ),
             parent=self,
             provider=cluster.k8s_provider,
             depends_on=[kueue_namespace, *([provisioning_request_crd] if provisioning_request_crd else [])],

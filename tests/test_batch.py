@@ -190,6 +190,13 @@ def test_gke_queues_wait_for_no_provisioning(gcp_gke_config):
     assert queues and all("admissionChecksStrategy" not in q["spec"] for q in queues.values())
     assert not kueue_objects(recording, "AdmissionCheck")
     assert not recording.by_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")
+    # Without the check, two multi-node jobs admitted together could each get part of their nodes and wait
+    # on each other until their timeouts (review-training.md T8): admission waits until each one runs.
+    assert kueue_config(recording)["waitForPodsReady"]["blockAdmission"] is True
+
+
+def test_where_a_provisioning_check_sizes_jobs_admission_does_not_wait_on_running_ones(aws_eks):
+    assert kueue_config(aws_eks)["waitForPodsReady"]["blockAdmission"] is False
 
 
 @pytest.mark.parametrize("stack", ["gcp_gke", "aws_k3s", "gcp_k3s"])
