@@ -658,3 +658,29 @@ def test_the_ebs_csi_driver_reaches_only_the_volumes_it_made(aws_eks):
         if "ebs-csi" in r.name
     }
     assert list(attached.values()) == ["arn:aws:iam::aws:policy/AmazonEBSCSIDriverPolicyV2"], attached
+
+
+def test_pod_identity_roles_trust_only_their_service_accounts_in_this_cluster(aws_eks):
+    """A Pod Identity role's trust names the cluster, namespace and service accounts of its associations
+    (the session tags Pod Identity adds to its AssumeRole request, EKS user guide pod-id-abac; conditions as
+    in pod-id-role): an association made for the role elsewhere gets no credentials."""
+    associations: dict[str, set[tuple[str, str]]] = {}
+    for link in aws_eks.by_type("aws:eks/podIdentityAssociation:PodIdentityAssociation"):
+        inputs = link.inputs
+        associations.setdefault(inputs["roleArn"], set()).add((inputs["namespace"], inputs["serviceAccount"]))
+    for addon in aws_eks.by_type("aws:eks/addon:Addon"):
+        for link in addon.inputs.get("podIdentityAssociations") or []:
+            associations.setdefault(link["roleArn"], set()).add(("kube-system", link["serviceAccount"]))
+    trusted = {}
+    for role in aws_eks.by_type("aws:iam/role:Role"):
+        (statement,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+        if statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}:
+            trusted[role.outputs["arn"]] = statement["Condition"]["StringEquals"]
+    assert set(trusted) == set(associations) and len(trusted) == 3  # autoscaler, EBS CSI, EFS CSI
+    for arn, condition in trusted.items():
+        assert condition["aws:RequestTag/eks-cluster-name"] == "ml"
+        linked = associations[arn]
+        assert {condition["aws:RequestTag/kubernetes-namespace"]} == {namespace for namespace, _ in linked}
+        assert set(condition["aws:RequestTag/kubernetes-service-account"]) == {
+            account for _, account in linked
+        }

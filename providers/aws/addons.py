@@ -17,6 +17,8 @@ PRE_NODE_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
 EBS_CSI_ADDON = "aws-ebs-csi-driver"
 NODE_MONITORING_ADDON = "eks-node-monitoring-agent"
 EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
+# Where EKS add-ons run, and so where their Pod Identity associations name their service accounts.
+ADDON_NAMESPACE = "kube-system"
 DEFAULT_STORAGE_CLASS = "gp3"
 
 
@@ -84,10 +86,13 @@ def pod_identity_addon(
     kubernetes_version: str,
     parent: pulumi.Resource,
     depends_on: Sequence[pulumi.Resource],
+    cluster_label: str,
 ) -> aws.eks.Addon:
-    """An add-on whose service accounts get AWS credentials through Pod Identity (a role of their own), not
-    the node role."""
-    role = role_with_policies(role_name, pod_identity_trust_policy(), policies, parent=parent)
+    """An add-on whose service accounts (in kube-system, where EKS add-ons run) get AWS credentials through
+    Pod Identity (a role of their own, trusted for them in the cluster named `cluster_label`), not the node
+    role."""
+    trust = pod_identity_trust_policy(cluster_label, ADDON_NAMESPACE, service_accounts)
+    role = role_with_policies(role_name, trust, policies, parent=parent)
     return addon(
         name,
         addon_name,
@@ -108,6 +113,7 @@ def ebs_csi_driver(
     kubernetes_version: str,
     parent: pulumi.Resource,
     depends_on: Sequence[pulumi.Resource],
+    cluster_label: str,
 ) -> aws.eks.Addon:
     """The EBS CSI add-on; its controller attaches volumes."""
     return pod_identity_addon(
@@ -120,4 +126,5 @@ def ebs_csi_driver(
         kubernetes_version,
         parent,
         depends_on,
+        cluster_label,
     )

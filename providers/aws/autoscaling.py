@@ -161,7 +161,7 @@ class AutoscalerIdentity(pulumi.ComponentResource):
         super().__init__("gpu-k8s:aws:AutoscalerIdentity", name, None, opts)
         role = role_with_policies(
             name,
-            pod_identity_trust_policy(),
+            pod_identity_trust_policy(cluster_label, AUTOSCALER_NAMESPACE, [AUTOSCALER_SERVICE_ACCOUNT]),
             (),
             parent=self,
             inline_policy=cluster_autoscaler_policy(cluster_label, scope_tag),

@@ -332,7 +332,7 @@ class EksCluster(pulumi.ComponentResource):
             name, addons.NODE_MONITORING_ADDON, cluster.name, version, self, depends_on=[system_nodes]
         )
         ebs_csi = addons.ebs_csi_driver(
-            name, cluster.name, version, self, depends_on=[system_nodes, *pre_node_addons]
+            name, cluster.name, version, self, [system_nodes, *pre_node_addons], spec.name
         )
 
         gpu_node_pools(name, pools, ctx, args.zones.pool_zones, args.placement, self)
@@ -349,7 +349,7 @@ class EksCluster(pulumi.ComponentResource):
         addons.default_storage_class(name, ebs_csi, k8s_provider, self, system_ready)
         shared_storage = None
         if spec.storage.shared == EFS_STORAGE:
-            efs_driver = efs_csi_addon(name, cluster.name, version, self, system_ready)
+            efs_driver = efs_csi_addon(name, cluster.name, version, self, system_ready, spec.name)
             shared_storage = EfsSharedStorage(
                 f"{name}-efs",
                 EfsSharedStorageArgs(

@@ -60,8 +60,14 @@ def service_trust_policy(service: str) -> dict[str, Any]:
     }
 
 
-def pod_identity_trust_policy() -> dict[str, Any]:
-    """Trust policy for EKS Pod Identity: the agent assumes the role and tags the session."""
+def pod_identity_trust_policy(
+    cluster_name: str, namespace: str, service_accounts: Sequence[str]
+) -> dict[str, Any]:
+    """Trust policy for EKS Pod Identity: the agent assumes the role and tags the session, for these service
+    accounts of this cluster only. Pod Identity adds the session tags eks-cluster-name, kubernetes-namespace
+    and kubernetes-service-account to its AssumeRole request (EKS user guide, pod-id-abac), and the EKS guide
+    (pod-id-role) conditions the trust on them: an association made for the role in another cluster or for
+    another service account gets no credentials."""
     return {
         "Version": POLICY_VERSION,
         "Statement": [
@@ -69,6 +75,13 @@ def pod_identity_trust_policy() -> dict[str, Any]:
                 "Effect": "Allow",
                 "Principal": {"Service": "pods.eks.amazonaws.com"},
                 "Action": ["sts:AssumeRole", "sts:TagSession"],
+                "Condition": {
+                    "StringEquals": {
+                        "aws:RequestTag/eks-cluster-name": cluster_name,
+                        "aws:RequestTag/kubernetes-namespace": namespace,
+                        "aws:RequestTag/kubernetes-service-account": list(service_accounts),
+                    }
+                },
             }
         ],
     }

@@ -88,6 +88,7 @@ def efs_csi_addon(
     kubernetes_version: str,
     parent: pulumi.Resource,
     depends_on: Sequence[pulumi.Resource],
+    cluster_label: str,
 ) -> aws.eks.Addon:
     """The EFS CSI add-on; its controller makes access points with the role, its node plugin mounts."""
     return addons.pod_identity_addon(
@@ -100,6 +101,7 @@ def efs_csi_addon(
         kubernetes_version,
         parent,
         depends_on,
+        cluster_label,
     )
 
 
