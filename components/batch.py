@@ -194,9 +194,9 @@ def kueue_configuration(batch: BatchSpec, block_admission: bool) -> dict[str, An
         # multi-node jobs admitted together could each get part of their nodes and wait on each other until
         # their timeouts, so admission waits until each admitted job runs (review-training.md T8; Kueue's
         # site/content/en/docs/tasks/manage/setup_wait_for_pods_ready.md). An evicted job keeps its place by
-        # creation time and waits longer each time (60 s doubling, at most 30 min), and after `requeueLimit` evictions
-        # it is deactivated instead of starting nodes again forever (review-training.md T3; Kueue 0.19.2
-        # apis/config/v1beta2 RequeuingStrategy).
+        # creation time and waits longer each time (60 s doubling, at most 30 min), and after `requeueLimit`
+        # evictions it is deactivated instead of starting nodes again forever (review-training.md T3; Kueue
+        # 0.19.2 apis/config/v1beta2 RequeuingStrategy).
         # A running job that lost a pod (node loss, spot reclaim) is evicted and queued again after
         # `recoveryTimeout`, not the whole `timeout`: its replacement pod gets no node otherwise (T1).
         "waitForPodsReady": {
