@@ -22,7 +22,7 @@ from gpu_k8s.components.k3s import cloudinit, pki
 from gpu_k8s.components.k3s.cloudinit import AgentNode, NodeBootstrap, ServerNode, SnapshotStore
 from gpu_k8s.components.k3s.files import write_secret_files
 from gpu_k8s.providers.aws.k3s_bootstrap import EC2_USER_DATA_LIMIT, aws_node_bootstrap, ec2_user_data
-from gpu_k8s.providers.gcp.k3s import SPOT_GRACEFUL_SHUTDOWN
+from gpu_k8s.providers.gcp.k3s_agents import SPOT_GRACEFUL_SHUTDOWN
 from gpu_k8s.providers.gcp.k3s_bootstrap import gce_node_bootstrap
 from gpu_k8s.tools import fake_tls
 from tests.conftest import ec2_cloud_config, node_drop_in, upstream, user_data_files, venv_tool

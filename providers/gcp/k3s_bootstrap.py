@@ -29,6 +29,14 @@ PROVIDER_ID="gce://$(metadata project/project-id)/$ZONE/$NODE_NAME"
 export ZONE REGION INSTANCE_TYPE NODE_NAME PROVIDER_ID
 """
 
+# Metadata every node gets: OS Login decides who may log in (nobody can: no port 22 is open), project-wide
+# SSH keys do not reach the node, and the interactive serial console is off (its output stays readable).
+NODE_ACCESS_METADATA = {
+    "enable-oslogin": "TRUE",
+    "block-project-ssh-keys": "TRUE",
+    "serial-port-enable": "FALSE",
+}
+
 
 @cache
 def gce_node_bootstrap() -> NodeBootstrap:

@@ -1,0 +1,107 @@
+"""What the servers' service account may do for the add-ons that run on the servers as it: the cloud
+controller manager, the PD CSI controller and the cluster-autoscaler."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_gcp as gcp
+
+from gpu_k8s.providers.gcp.autoscaling import AUTOSCALER_READ_PERMISSIONS, AUTOSCALER_RESIZE_PERMISSIONS
+from gpu_k8s.providers.gcp.cloud_controller import PERMISSIONS as CCM_PERMISSIONS
+from gpu_k8s.providers.gcp.iam import NodeServiceAccount, custom_role
+from gpu_k8s.providers.gcp.k3s_network import Identities
+from gpu_k8s.providers.gcp.pd_csi import custom_role_permissions
+
+# The PD CSI controller creates, resizes, snapshots and deletes disks: upstream names this role as required
+# next to its custom attach/detach role and a scoped serviceAccountUser (docs/kubernetes/user-guides/
+# driver-install.md at v1.26.4, commit 6e7ea1c). It documents no narrower set, so none is guessed here.
+PD_CSI_ROLES = ("roles/compute.storageAdmin",)
+SERVICE_ACCOUNT_USER = "roles/iam.serviceAccountUser"
+
+
+def cloud_controller_access(
+    parent: pulumi.Resource, name: str, project: str, servers: NodeServiceAccount
+) -> gcp.projects.IAMMember:
+    """The CCM runs on the servers, on their network, as their service account: read instances, zones
+    and the network."""
+    role = custom_role(
+        f"{name}-cloud-controller-role",
+        project,
+        f"cloud controller manager of {name}",
+        CCM_PERMISSIONS,
+        parent,
+    )
+    return gcp.projects.IAMMember(
+        f"{name}-cloud-controller-reads",
+        project=project,
+        role=role.name,
+        member=servers.member,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
+def pd_csi_access(
+    parent: pulumi.Resource, name: str, project: str, identities: Identities
+) -> list[pulumi.Resource]:
+    """The driver's controller runs on the servers as their service account: upstream's custom role for
+    attaching disks, and acting as the node accounts whose VMs it attaches disks to (granted on those two
+    accounts, not project-wide)."""
+    child = pulumi.ResourceOptions(parent=parent)
+    role = custom_role(
+        f"{name}-pd-csi-role", project, f"PD CSI driver of {name}", custom_role_permissions(), parent
+    )
+    grants: list[pulumi.Resource] = [
+        *identities.servers.bindings,
+        gcp.projects.IAMMember(
+            f"{name}-pd-csi-attaches",
+            project=project,
+            role=role.name,
+            member=identities.servers.member,
+            opts=child,
+        ),
+    ]
+    for target, identity in (("servers", identities.servers), ("agents", identities.agents)):
+        grants.append(
+            gcp.serviceaccount.IAMMember(
+                f"{name}-pd-csi-acts-as-{target}",
+                service_account_id=identity.account.name,
+                role=SERVICE_ACCOUNT_USER,
+                member=identities.servers.member,
+                opts=child,
+            )
+        )
+    return grants
+
+
+def autoscaler_access(
+    parent: pulumi.Resource, name: str, project: str, servers: NodeServiceAccount
+) -> list[pulumi.Resource]:
+    """The autoscaler runs on the servers as their service account: read what it plans with, and resize
+    instance groups, project-wide. It cannot be narrowed to this cluster's groups: instance group
+    managers take no IAM policy of their own (Compute API v1: no setIamPolicy among their methods), and
+    they are not among the resource types IAM Conditions evaluate `resource.name` for (Google Cloud,
+    "Resource attributes for IAM Conditions": the Compute types go from Instance to InstanceTemplate),
+    so a condition on their names would not grant the resize. A project per cluster bounds it."""
+    child = pulumi.ResourceOptions(parent=parent)
+    grants: list[pulumi.Resource] = []
+    for purpose, what, permissions, verb in (
+        ("reader", "read", AUTOSCALER_READ_PERMISSIONS, "reads"),
+        ("resizer", "resize", AUTOSCALER_RESIZE_PERMISSIONS, "resizes"),
+    ):
+        role = custom_role(
+            f"{name}-autoscaler-{purpose}",
+            project,
+            f"cluster-autoscaler of {name}: {what}",
+            permissions,
+            parent,
+        )
+        grants.append(
+            gcp.projects.IAMMember(
+                f"{name}-autoscaler-{verb}",
+                project=project,
+                role=role.name,
+                member=servers.member,
+                opts=child,
+            )
+        )
+    return grants
