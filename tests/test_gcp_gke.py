@@ -843,3 +843,27 @@ def test_a_capacity_block_pool_takes_no_zones(aws_eks_config):
     assert_refused_before_any_resource(
         aws_eks_config, add, "gpuPools[5].zones", ("a Capacity Block has its own zone",)
     )
+
+
+def test_the_newest_supported_minor_warns_that_the_channel_would_leave_support(gcp_gke_config):
+    """review-gcp.md NG11: the release channel upgrades the cluster's minor on its own; from the newest
+    minor the GPU Operator supports, that is an unsupported one, unless an exclusion freezes the minor."""
+    config = copy.deepcopy(gcp_gke_config)
+    config["gpu-k8s:cluster"]["kubernetesVersion"] = "1.36"
+    warned = [
+        w for w in run_program("newest", config).warnings if w.startswith("gpu-k8s:cluster.kubernetesVersion")
+    ]
+    assert len(warned) == 1 and "REGULAR channel upgrades the cluster" in warned[0]
+    assert "scope NO_MINOR_UPGRADES" in warned[0]
+    config["gpu-k8s:cluster"]["gke"]["maintenanceExclusions"] = [
+        {
+            "name": "hold-minor",
+            "startTime": "2027-01-04T00:00:00Z",
+            "endTime": "2027-06-30T00:00:00Z",
+            "scope": "NO_MINOR_UPGRADES",
+        }
+    ]
+    frozen = run_program("frozen", config).warnings
+    assert not [w for w in frozen if w.startswith("gpu-k8s:cluster.kubernetesVersion")]
+    # One minor below the newest: the channel's next minor is still supported.
+    assert not [w for w in run_program("older", gcp_gke_config).warnings if "kubernetesVersion" in w]

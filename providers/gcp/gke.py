@@ -30,6 +30,7 @@ from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
 from gpu_k8s.components.sharing import SharingSpec
 from gpu_k8s.components.spec import (
+    SUPPORTED_KUBERNETES_MINORS,
     TAINT_EFFECT_API_NAMES,
     GpuPoolSpec,
     SystemPoolSpec,
@@ -719,6 +720,26 @@ class GkeCluster(pulumi.ComponentResource):
         )
 
 
+# Exclusions that keep GKE from moving the cluster to another minor on its own.
+MINOR_FREEZES = ("NO_UPGRADES", "NO_MINOR_UPGRADES", "NO_MINOR_OR_NODE_UPGRADES")
+
+
+def minor_upgrade_warning(spec: GkeClusterSpec) -> str | None:
+    """The release channel upgrades the cluster's minor on its own (review-gcp.md NG11): from the newest minor
+    the GPU Operator supports, the next one leaves its support, unless an exclusion freezes the minor."""
+    if spec.kubernetes_version != SUPPORTED_KUBERNETES_MINORS[-1]:
+        return None
+    if any(exclusion.scope in MINOR_FREEZES for exclusion in spec.gke.maintenance_exclusions):
+        return None
+    return (
+        f"gpu-k8s:cluster.kubernetesVersion: {spec.kubernetes_version} is the newest minor the GPU Operator "
+        f"supports here ({SUPPORTED_KUBERNETES_MINORS[0]}-{SUPPORTED_KUBERNETES_MINORS[-1]}), and the "
+        f"{spec.gke.release_channel} channel upgrades the cluster to the next one on its own. Fix: a "
+        "gke.maintenanceExclusions entry with scope NO_MINOR_UPGRADES, renewed until gpu-k8s supports the "
+        "next minor."
+    )
+
+
 def build(spec: GkeClusterSpec) -> GpuCluster:
     """Everything `pulumi up -s gcp-gke` creates; validation runs before the first resource."""
     catalog = load_catalog()
@@ -736,6 +757,8 @@ def build(spec: GkeClusterSpec) -> GpuCluster:
             f"{len(spec.network.zones)} zones, so all run in {system_zones[0]}; a zone outage takes the "
             "add-ons down. Fix: a node count that the zone count (or a part of it) divides."
         )
+    if warning := minor_upgrade_warning(spec):
+        pulumi.log.warn(warning)
     provider = gcp.Provider(
         f"{spec.name}-gcp",
         project=project,
