@@ -684,3 +684,48 @@ def test_pod_identity_roles_trust_only_their_service_accounts_in_this_cluster(aw
         assert set(condition["aws:RequestTag/kubernetes-service-account"]) == {
             account for _, account in linked
         }
+
+
+class _RunningCluster:
+    """The realistic mocks, with the stack's EKS cluster already running at `version`."""
+
+    def __init__(self, version: str):
+        from gpu_k8s.tools.engine import RealisticMocks
+
+        self.inner = RealisticMocks()
+        self.version = version
+
+    def new_resource(self, args):
+        return self.inner.new_resource(args)
+
+    def call(self, args):
+        answer, failures = self.inner.call(args)
+        if args.token == "aws:eks/getClusters:getClusters":
+            answer = {**answer, "names": ["other", "ml"]}
+        if args.token == "aws:eks/getCluster:getCluster":
+            answer = {**answer, "version": self.version}
+        return answer, failures
+
+
+@pytest.mark.parametrize(
+    ("running", "fix"),
+    [("1.36", 'set kubernetesVersion: "1.36"'), ("1.37", "supports 1.36 at most")],
+)
+def test_a_cluster_aws_upgraded_past_the_stack_is_refused_at_preview(aws_eks_config, running, fix):
+    """review-aws.md AN-B7: with standard support only, AWS upgrades the control plane at the end of
+    support; EKS cannot downgrade, so the next `up` would fail on the cluster after changing other things."""
+    from gpu_k8s.components.configbase import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        run_program("upgraded", aws_eks_config, mocks=_RunningCluster(running))
+    message = str(caught.value)
+    assert (
+        'gpu-k8s:cluster.kubernetesVersion: "1.35"' in message
+        and f"already runs Kubernetes {running}" in message
+    )
+    assert fix in message
+
+
+def test_a_running_cluster_on_the_stacks_minor_plans_as_before(aws_eks_config, aws_eks):
+    same = run_program("same", aws_eks_config, mocks=_RunningCluster("1.35"))
+    assert len(same.registrations) == len(aws_eks.registrations)

@@ -389,6 +389,9 @@ class RealisticMocks(pulumi_mocks.Mocks):
                 "version": f"v1.{minor}.{patch}-eksbuild.1",
                 "id": args.args["addonName"],
             }, []
+        if args.token == "aws:eks/getClusters:getClusters":
+            # No EKS cluster in the account yet (a first `up`); tests of a running stack answer themselves.
+            return {"names": [], "id": self.region}, []
         if args.token == "aws:eks/getCluster:getCluster":
             # An existing Kubernetes 1.35 cluster in a VPC of three private subnets; tests that need another
             # answer this invoke themselves.

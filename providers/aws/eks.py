@@ -17,7 +17,7 @@ from gpu_k8s.components.cluster import GpuCluster, PlatformTraits, platform_issu
 from gpu_k8s.components.compat import DriverFacts, DriverVersion
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
-from gpu_k8s.components.spec import GpuPoolSpec, pool_child_name
+from gpu_k8s.components.spec import SUPPORTED_KUBERNETES_MINORS, GpuPoolSpec, pool_child_name
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
     ACCELERATOR_LABEL,
@@ -412,6 +412,33 @@ class EksCluster(pulumi.ComponentResource):
         )
 
 
+def _minor(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:2])
+
+
+def running_version_issues(spec: EksClusterSpec, invoke: pulumi.InvokeOptions) -> Iterable[ConfigIssue]:
+    """The stack's cluster, where it already runs, on a newer minor than `kubernetesVersion`: with standard
+    support only, AWS upgrades a cluster itself at the end of its minor's standard support (review-aws.md
+    AN-B7), and EKS cannot go back a minor, so the `up` would fail on the cluster after changing other
+    things. Asked at preview, like the zones: a cluster that does not exist yet is not looked up."""
+    if spec.name not in aws.eks.get_clusters(opts=invoke).names:
+        return
+    running = aws.eks.get_cluster(name=spec.name, opts=invoke).version
+    if _minor(running) <= _minor(spec.kubernetes_version):
+        return
+    supported = running in SUPPORTED_KUBERNETES_MINORS
+    yield ConfigIssue(
+        config_path("kubernetesVersion"),
+        spec.kubernetes_version,
+        f"the cluster {spec.name} already runs Kubernetes {running} (AWS upgrades a cluster at the end of "
+        "its minor's standard support, and someone may have upgraded it by hand); EKS cannot go back a minor",
+        f'set kubernetesVersion: "{running}"; the node groups and add-ons follow in the same up'
+        if supported
+        else f"the GPU Operator this toolkit pins supports {SUPPORTED_KUBERNETES_MINORS[-1]} at most, so "
+        f"{running} cannot be run from this version of gpu-k8s: pin an older cluster, or upgrade gpu-k8s",
+    )
+
+
 def build(spec: EksClusterSpec) -> GpuCluster:
     """Everything `pulumi up -s aws-eks` creates; validation runs before the first resource."""
     catalog = load_catalog()
@@ -432,8 +459,9 @@ def build(spec: EksClusterSpec) -> GpuCluster:
     )
     provider = aws_provider(spec.name, region)
     # What the account's zones offer is known only by asking AWS, so after the provider exists.
-    zones = zone_plan(spec.network, spec.gpu_pools, pulumi.InvokeOptions(provider=provider))
-    raise_if_any(zone_issues(spec.network, spec.gpu_pools, zones))
+    invoke = pulumi.InvokeOptions(provider=provider)
+    zones = zone_plan(spec.network, spec.gpu_pools, invoke)
+    raise_if_any(zone_issues(spec.network, spec.gpu_pools, zones), running_version_issues(spec, invoke))
     eks = EksCluster(
         spec.name,
         EksClusterArgs(spec, region, catalog, zones, placement_guard(spec.name, spec.gpu_pools, zones)),
