@@ -53,8 +53,24 @@ JOBSET_IMAGE = {"repository": "registry.k8s.io/jobset/jobset", "tag": "v0.12.0",
 JOBSET_NAMESPACE = "jobset-system"
 # Requests Kueue leaves to the scheduler (prefix match).
 UNQUOTED_RESOURCE_PREFIXES = ("cpu", "memory", "ephemeral-storage", "hugepages-")
-# The job kinds Kueue queues; a JobSet counts once it is installed.
-QUEUED_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
+# The job kinds Kueue queues: the chart's own list at 0.19.2 (values.yaml managerConfig), so a framework
+# installed later (Kubeflow Trainer v2, the MPI operator, KubeRay, LeaderWorkerSet) is queued like JobSet
+# (review-training.md T15); Kueue leaves an integration idle while its CRD is absent. Only jobs (and pods,
+# Deployments, StatefulSets) that name a queue, in the namespaces `batch` lists, are touched.
+QUEUED_FRAMEWORKS = (
+    "batch/job",
+    "kubeflow.org/mpijob",
+    "ray.io/rayjob",
+    "ray.io/rayservice",
+    "ray.io/raycluster",
+    "jobset.x-k8s.io/jobset",
+    "workload.codeflare.dev/appwrapper",
+    "trainer.kubeflow.org/trainjob",
+    "pod",
+    "deployment",
+    "statefulset",
+    "leaderworkerset.x-k8s.io/leaderworkerset",
+)
 # Kueue's ProvisioningRequest admission check (Kueue docs, concepts/admission_check/provisioning_request at
 # v0.19.2): the controller name, and the class the cluster-autoscaler sizes up for all of a job's pods at
 # once.

@@ -417,3 +417,17 @@ def test_every_field_of_the_kueue_configuration_is_one_kueue_reads(aws_eks):
         "config.waitForPodsReady.recoveryTimout",
         "config.integrations.framework",
     ]
+
+
+def test_kueue_queues_every_framework_its_chart_does(aws_eks):
+    """review-training.md T15: a narrower list leaves a framework installed later (Trainer v2, MPIJob,
+    KubeRay) running unqueued; the list is the pinned chart's own (values.yaml at 0.19.2)."""
+    import yaml
+
+    values = yaml.safe_load(upstream("charts/kueue-0.19.2/values.yaml").read_text())
+    chart_config = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
+    frameworks = kueue_config(aws_eks)["integrations"]["frameworks"]
+    assert frameworks == chart_config["integrations"]["frameworks"]
+    assert {"jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob", "kubeflow.org/mpijob"} <= set(
+        frameworks
+    )
