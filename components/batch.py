@@ -2,8 +2,10 @@
 
 Each GPU pool gets a ResourceFlavor (its nodes' pool label; the pool's taints as tolerations Kueue adds to
 the pods it admits there) and a ClusterQueue whose quota is the pool at maxNodes: every GPU resource the
-pool's nodes advertise (whole GPUs, shared slots or MIG slices) times maxNodes. Pools of the same GPU model
-share a cohort, so an idle pool's quota lends to a busy one. Each listed namespace gets a LocalQueue per
+pool's nodes advertise (whole GPUs, shared slots or MIG slices) times maxNodes. Queues share no cohort: a
+queue can borrow only quota of flavors it lists, and each lists its own pool's, so a cohort would lend
+nothing (review-training.md T11); a job that may run on either of two pools is queued to each in turn.
+Each listed namespace gets a LocalQueue per
 pool, named after the pool. A job is admitted whole or not at all (waitForPodsReady): if its pods are not
 all running within `batch.podsReadyTimeout`, scaling from zero included, it is evicted and queued again.
 
@@ -150,8 +152,6 @@ def cluster_queue(
         "metadata": {"name": pool.spec.name},
         "spec": {
             **checks,
-            # Pools of one GPU model lend each other what they do not use.
-            "cohortName": pool.gpu_model_id,
             "namespaceSelector": {
                 "matchExpressions": [
                     {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(namespaces)}

@@ -1,4 +1,4 @@
-"""`batch`: Kueue queues derived from the GPU pools (quotas, flavors, cohorts, LocalQueues), on every platform
+"""`batch`: Kueue queues derived from the GPU pools (quotas, flavors, LocalQueues), on every platform
 whose stack turns it on, and nothing of it where `batch` is absent."""
 
 from __future__ import annotations
@@ -77,16 +77,19 @@ def test_flavors_lead_admitted_pods_to_their_pool(aws_eks):
         assert flavors[name]["urn"] in queue["dependencies"]
 
 
-def test_pools_of_one_gpu_model_share_a_cohort(aws_eks_config):
+def test_queues_claim_no_cohort_they_could_not_borrow_from(aws_eks_config):
+    """review-training.md T11: a ClusterQueue borrows only quota of flavors it lists, and each lists its own
+    pool's flavor alone, so a cohort per GPU model lent nothing while the docs said it did."""
     config = copy.deepcopy(aws_eks_config)
     config["gpu-k8s:cluster"]["gpuPools"] = [
         {"name": "l40s-spot", "instanceType": "g6e.xlarge", "maxNodes": 2, "spot": True},
         {"name": "l40s", "instanceType": "g6e.2xlarge", "maxNodes": 1},
-        {"name": "l4", "instanceType": "g6.xlarge", "maxNodes": 1},
     ]
     queues = kueue_objects(run_program("cohorts", config), "ClusterQueue")
-    cohorts = {name: queue["spec"]["cohortName"] for name, queue in queues.items()}
-    assert cohorts == {"l40s-spot": "nvidia-l40s", "l40s": "nvidia-l40s", "l4": "nvidia-l4"}
+    assert set(queues) == {"l40s-spot", "l40s"}
+    for name, queue in queues.items():
+        assert "cohortName" not in queue["spec"]
+        assert [f["name"] for group in queue["spec"]["resourceGroups"] for f in group["flavors"]] == [name]
 
 
 def test_each_namespace_gets_a_queue_per_pool_after_kueue_and_its_namespace(aws_eks_config):
