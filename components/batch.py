@@ -183,10 +183,21 @@ def local_queue(pool_name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def kueue_configuration(batch: BatchSpec, block_admission: bool) -> dict[str, Any]:
+# Where a provisioning check admits jobs, how long a running job may miss a pod unless `batch` says.
+RECOVERY_TIMEOUT = "5m"
+
+
+def kueue_configuration(batch: BatchSpec, provisioning_check: bool) -> dict[str, Any]:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2): the chart's defaults, with all-or-nothing
-    admission, GPU-only quotas and the queued namespaces and job kinds. `block_admission` where no
-    provisioning check sizes a job's nodes before it is admitted (GKE)."""
+    admission, GPU-only quotas and the queued namespaces and job kinds. `provisioning_check`: whether the
+    autoscaler sizes a job's nodes before it is admitted (not on GKE)."""
+    # A running job that lost a pod (node loss, spot reclaim) is evicted and queued again after
+    # `recoveryTimeout`. Behind a provisioning check its replacement pod gets no node from the autoscaler
+    # (T1), so only a new admission brings one: 5m. Without one (GKE) the replacement pod scales a pool up
+    # itself, which takes as long as a first start: podsReadyTimeout.
+    recovery = batch.recovery_timeout or (
+        RECOVERY_TIMEOUT if provisioning_check else batch.pods_ready_timeout
+    )
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -213,12 +224,10 @@ def kueue_configuration(batch: BatchSpec, block_admission: bool) -> dict[str, An
         # creation time and waits longer each time (60 s doubling, at most 30 min), and after `requeueLimit`
         # evictions it is deactivated instead of starting nodes again forever (review-training.md T3; Kueue
         # 0.19.2 apis/config/v1beta2 RequeuingStrategy).
-        # A running job that lost a pod (node loss, spot reclaim) is evicted and queued again after
-        # `recoveryTimeout`, not the whole `timeout`: its replacement pod gets no node otherwise (T1).
         "waitForPodsReady": {
             "timeout": batch.pods_ready_timeout,
-            "recoveryTimeout": batch.recovery_timeout,
-            "blockAdmission": block_admission,
+            "recoveryTimeout": recovery,
+            "blockAdmission": not provisioning_check,
             "requeuingStrategy": {
                 "timestamp": "Creation",
                 "backoffLimitCount": batch.requeue_limit,
@@ -241,7 +250,7 @@ def jobset_values(tolerations: Sequence[dict[str, str]]) -> dict[str, Any]:
 
 
 def kueue_values(
-    batch: BatchSpec, tolerations: Sequence[dict[str, str]], block_admission: bool
+    batch: BatchSpec, tolerations: Sequence[dict[str, str]], provisioning_check: bool
 ) -> dict[str, Any]:
     return {
         "controllerManager": {
@@ -249,7 +258,7 @@ def kueue_values(
             "tolerations": list(tolerations),
         },
         "managerConfig": {
-            "controllerManagerConfigYaml": yaml_text(kueue_configuration(batch, block_admission))
+            "controllerManagerConfigYaml": yaml_text(kueue_configuration(batch, provisioning_check))
         },
     }
 
@@ -287,7 +296,9 @@ class BatchQueues(pulumi.ComponentResource):
             repository=KUEUE_REPOSITORY,
             namespace=kueue_namespace.metadata.name,
             values=kueue_values(
-                batch, cluster.traits.system_tolerations, block_admission=provisioning_request_crd is None
+                batch,
+                cluster.traits.system_tolerations,
+                provisioning_check=provisioning_request_crd is not None,
             ),
             parent=self,
             provider=cluster.k8s_provider,

@@ -193,10 +193,10 @@ class BatchSpec(StrictModel):
     # a job that cannot start never keeps starting GPU nodes.
     requeue_limit: Annotated[int, Field(ge=0, le=100)] = 6
     # How long a running job may miss a pod (a node lost, a spot node reclaimed) before Kueue evicts and
-    # queues it again: a replacement pod of a job admitted through a provisioning request is left alone by
-    # the cluster-autoscaler, so only a new admission gets it a node (review-training.md T1). Kueue's
-    # default is the whole podsReadyTimeout, during which the job's other GPUs idle.
-    recovery_timeout: str = "5m"
+    # queues it again. Unset: 5m where a provisioning check admits jobs (its replacement pod is left alone
+    # by the cluster-autoscaler, so only a new admission gets it a node: review-training.md T1), else
+    # podsReadyTimeout (the pod scales a pool up itself, as slowly as a first start).
+    recovery_timeout: str | None = None
 
 
 class StorageSpec(StrictModel):
@@ -851,6 +851,8 @@ def _batch_issues(batch: BatchSpec) -> Iterable[ConfigIssue]:
         f"is shorter than a GPU node takes to start from zero (allow at least {MIN_PODS_READY_MINUTES}m)",
         'use "30m" unless your pools keep warm nodes (minNodes)',
     )
+    if batch.recovery_timeout is None:
+        return
     yield from _duration_issues(
         "recoveryTimeout",
         batch.recovery_timeout,

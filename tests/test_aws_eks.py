@@ -677,8 +677,11 @@ def test_pod_identity_roles_trust_only_their_service_accounts_in_this_cluster(aw
         if statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}:
             trusted[role.outputs["arn"]] = statement["Condition"]["StringEquals"]
     assert set(trusted) == set(associations) and len(trusted) == 3  # autoscaler, EBS CSI, EFS CSI
+    (cluster,) = aws_eks.by_type("aws:eks/cluster:Cluster")
+    linked = aws_eks.by_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    assert {link.inputs["clusterName"] for link in linked} == {cluster.inputs["name"]}
     for arn, condition in trusted.items():
-        assert condition["aws:RequestTag/eks-cluster-name"] == "ml"
+        assert condition["aws:RequestTag/eks-cluster-name"] == cluster.inputs["name"]
         linked = associations[arn]
         assert {condition["aws:RequestTag/kubernetes-namespace"]} == {namespace for namespace, _ in linked}
         assert set(condition["aws:RequestTag/kubernetes-service-account"]) == {

@@ -196,6 +196,9 @@ def test_gke_queues_wait_for_no_provisioning(gcp_gke_config):
     # Without the check, two multi-node jobs admitted together could each get part of their nodes and wait
     # on each other until their timeouts (review-training.md T8): admission waits until each one runs.
     assert kueue_config(recording)["waitForPodsReady"]["blockAdmission"] is True
+    # There a replacement pod scales its pool up itself, as slowly as a first start: a running job that
+    # lost a pod gets the whole podsReadyTimeout, not the 5m of clusters with the check.
+    assert kueue_config(recording)["waitForPodsReady"]["recoveryTimeout"] == "30m"
 
 
 def test_where_a_provisioning_check_sizes_jobs_admission_does_not_wait_on_running_ones(aws_eks):
@@ -395,8 +398,12 @@ def unknown_config_fields(
             for i, v in enumerate(value)
             for f in unknown_config_fields(v, bare[2:], structs, f"{path}[{i}]")
         ]
-    if bare not in structs or not isinstance(value, dict):
-        return []  # a scalar, a map, or another package's type
+    if bare in structs and not isinstance(value, dict):
+        return [f"{path} (not an object)"]
+    if bare not in structs:
+        # A scalar, a map, or another package's type (leaderElection, managedJobsNamespaceSelector): not
+        # checked here; Kueue decodes its configuration strictly and would stop on them at start.
+        return []
     fields = structs[bare]
     return [f"{path}.{key}" for key in value if key not in fields] + [
         found
@@ -416,9 +423,11 @@ def test_every_field_of_the_kueue_configuration_is_one_kueue_reads(aws_eks):
     assert unknown_config_fields(config, "Configuration", structs, "config") == []
     config["waitForPodsReady"]["recoveryTimout"] = "5m"
     config["integrations"]["framework"] = []
+    config["resources"] = ["cpu"]
     assert unknown_config_fields(config, "Configuration", structs, "config") == [
         "config.waitForPodsReady.recoveryTimout",
         "config.integrations.framework",
+        "config.resources (not an object)",
     ]
 
 

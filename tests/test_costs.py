@@ -5,7 +5,7 @@ The expected figures are worked out by hand from the sources: Karpenter's us-eas
 g6e.xlarge 1.861), cluster-autoscaler's GCE table (e2-standard-4 0.13402, n1-standard-8 0.38, T4 0.35, spot
 g2-standard-8 0.27) and components/data/fees.json (EKS and GKE 0.10, NAT gateway 0.045, public IPv4 0.005,
 network load balancer 0.0225, KMS key $1 and Secrets Manager secret $0.40 a month of 730 hours; Cloud NAT
-0.0014 per VM and 0.005 per address, forwarding rule 0.025).
+0.0014 per VM and 0.005 per address, forwarding rules 0.025 for up to five, then 0.01 each).
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ def test_the_idle_baseline_is_the_resources_that_bill_at_rest(aws_eks, aws_k3s, 
     # GKE (regional: the free tier's credit does not apply): fee + 2 e2-standard-4 system nodes + Cloud NAT
     # for those 2 VMs and its address.
     assert idle_per_hour(gcp_gke) == round(0.10 + 2 * 0.13402 + 2 * 0.0014 + 0.005, 6)
-    # k3s on GCE: 3 servers, Cloud NAT for them, the API and registration forwarding rules.
-    assert idle_per_hour(gcp_k3s) == round(3 * 0.13402 + 3 * 0.0014 + 0.005 + 2 * 0.025, 6)
+    # k3s on GCE: 3 servers, Cloud NAT for them, the API and registration forwarding rules (two rules: one
+    # minimum charge, which covers up to five).
+    assert idle_per_hour(gcp_k3s) == round(3 * 0.13402 + 3 * 0.0014 + 0.005 + 0.025, 6)
     assert f"${round(eks, 6) * HOURS_PER_MONTH:,.2f} a month" in render_text(aws_eks)
 
 
@@ -65,7 +66,7 @@ def test_cloud_nat_is_flat_above_32_vms_and_forwarding_rules_cheaper_after_five(
     rules = [types.SimpleNamespace(type=FORWARDING_RULE)] * 7
     recording = types.SimpleNamespace(by_type=lambda kind: rules if kind == FORWARDING_RULE else [])
     assert [(c.what, c.count, c.usd_per_hour) for c in gcp_network_charges(recording, 0)] == [
-        ("forwarding rule", 5, 5 * 0.025),
+        ("forwarding rules' minimum (up to 5)", 1, 0.025),
         ("forwarding rule beyond the fifth", 2, 2 * 0.01),
     ]
 

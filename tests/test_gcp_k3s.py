@@ -501,7 +501,7 @@ def test_autoscaler_may_resize_instance_groups_and_read_what_it_plans_with(gcp_k
     binding = gcp_k3s.by_name("ml-autoscaler-resizes").inputs
     assert binding["member"] == SERVERS_SA and binding["role"].endswith("/roles/ml_autoscaler_resizer")
     # No condition on the groups' names: IAM does not evaluate resource.name for instance group managers,
-    # so one would deny the resize instead of narrowing it (providers/gcp/k3s.py _autoscaler_access).
+    # so one would deny the resize instead of narrowing it (providers/gcp/k3s_access.py autoscaler_access).
     assert "condition" not in binding
 
 

@@ -24,7 +24,8 @@ UNPRICED = {
     "aws:efs/fileSystem:FileSystem": "EFS file system (per GiB stored)",
     "aws:fsx/lustreFileSystem:LustreFileSystem": "FSx for Lustre file system",
     "gcp:filestore/instance:Instance": "Filestore instance (per provisioned GiB)",
-    # Third-party copies of Google's network pricing page say an address a forwarding rule uses is free.
+    # Third-party copies of Google's network pricing page say an address a forwarding rule uses costs
+    # nothing; Google's own page was not read, so it is named here rather than priced at zero.
     "gcp:compute/address:Address": "external static IP address",
     "aws:s3/bucketV2:BucketV2": "S3 bucket (per GiB stored)",
     "aws:s3/bucket:Bucket": "S3 bucket (per GiB stored)",
@@ -103,7 +104,7 @@ def _unpriced(resource: Registration) -> str:
 def gcp_network_charges(recording: Recording, nodes: int) -> Iterator[Charge]:
     """Cloud NAT bills per VM it serves (every node here: none has an external address) up to 32, then a
     flat rate, and each external address it uses (automatic allocation takes at least one); forwarding rules
-    bill per rule, the first five at a higher rate."""
+    bill one minimum charge for the first five, then per rule."""
     for _ in recording.by_type("gcp:compute/routerNat:RouterNat"):
         if nodes > 32:
             yield Charge("Cloud NAT gateway (more than 32 VMs)", 1, fee("gcp-cloud-nat-gateway-cap"))
@@ -112,7 +113,7 @@ def gcp_network_charges(recording: Recording, nodes: int) -> Iterator[Charge]:
         yield Charge("Cloud NAT external IP (at least one)", 1, fee("gcp-cloud-nat-ip"))
     rules = len(recording.by_type("gcp:compute/forwardingRule:ForwardingRule"))
     if rules:
-        yield Charge("forwarding rule", min(rules, 5), fee("gcp-forwarding-rule"))
+        yield Charge("forwarding rules' minimum (up to 5)", 1, fee("gcp-forwarding-rule"))
     if rules > 5:
         yield Charge("forwarding rule beyond the fifth", rules - 5, fee("gcp-forwarding-rule-beyond-five"))
 
