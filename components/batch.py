@@ -32,7 +32,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool, pod_security_labels
+from gpu_k8s.components.gpu_operator import OPERATOR_NAMESPACE
 from gpu_k8s.components.helm import helm_release
+from gpu_k8s.components.queued_gpus import queued_gpu_pods
 from gpu_k8s.components.spec import BatchSpec
 from gpu_k8s.components.yamltext import yaml_text
 
@@ -341,6 +343,15 @@ class BatchQueues(pulumi.ComponentResource):
                     provisioning_admission_check(),
                     pulumi.ResourceOptions.merge(after_kueue, pulumi.ResourceOptions(depends_on=[config])),
                 )
+            )
+        if batch.queued_gpus_only:
+            queued_gpu_pods(
+                name,
+                batch.namespaces,
+                [OPERATOR_NAMESPACE, KUEUE_NAMESPACE, JOBSET_NAMESPACE],
+                cluster.k8s_provider,
+                self,
+                list(cluster.system_ready),
             )
         check_names = [PROVISIONING_CHECK] if checks else []
         for pool in cluster.pools:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pulumi
@@ -52,3 +52,35 @@ def resource_name_part(object_name: str) -> str:
     """An object's name (RBAC names such as `system:cloud-controller-manager` included) as a resource-name
     part."""
     return re.sub(r"[^a-z0-9-]+", "-", object_name).strip("-")
+
+
+def deny_binding(policy_name: str) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicyBinding that denies what the named policy refuses, wherever the policy's own
+    match constraints reach (no params, no narrower selector)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": policy_name},
+        "spec": {"policyName": policy_name, "validationActions": ["Deny"]},
+    }
+
+
+def admission_policy(
+    name: str,
+    policy: Mapping[str, Any],
+    provider: pulumi.ProviderResource,
+    parent: pulumi.Resource,
+    depends_on: Sequence[pulumi.Resource],
+) -> tuple[pulumi.CustomResource, pulumi.CustomResource]:
+    """A ValidatingAdmissionPolicy and then its denying binding, through `provider`."""
+    made = kubernetes_object(
+        f"{name}-policy",
+        policy,
+        pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(depends_on)),
+    )
+    bound = kubernetes_object(
+        f"{name}-binding",
+        deny_binding(policy["metadata"]["name"]),
+        pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=[made]),
+    )
+    return made, bound

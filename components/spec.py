@@ -197,6 +197,9 @@ class BatchSpec(StrictModel):
     # by the cluster-autoscaler, so only a new admission gets it a node: review-training.md T1), else
     # podsReadyTimeout (the pod scales a pool up itself, as slowly as a first start).
     recovery_timeout: str | None = None
+    # GPU pods outside the queued namespaces (and the add-ons' own, and namespaces labelled
+    # gpu-k8s.io/unqueued-gpus=allowed) are refused, so the quotas hold (review-training.md T10).
+    queued_gpus_only: bool = True
 
 
 class StorageSpec(StrictModel):

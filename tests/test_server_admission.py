@@ -25,8 +25,8 @@ WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet", "Job")
 
 
 def planned_policy(recording: Recording) -> dict[str, Any]:
-    (policy,) = recording.by_type(POLICY)
-    (binding,) = recording.by_type(BINDING)
+    (policy,) = [p for p in recording.by_type(POLICY) if p.inputs["metadata"]["name"] == POLICY_NAME]
+    (binding,) = [b for b in recording.by_type(BINDING) if b.inputs["metadata"]["name"] == POLICY_NAME]
     assert binding.inputs["spec"] == {"policyName": POLICY_NAME, "validationActions": ["Deny"]}
     assert policy.urn in binding.dependencies
     return policy.inputs

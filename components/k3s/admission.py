@@ -27,7 +27,7 @@ from gpu_k8s.components.cluster import PlatformTraits
 from gpu_k8s.components.gpu_operator import OPERATOR_NAMESPACE
 from gpu_k8s.components.k3s.settings import K3sClusterSpec
 from gpu_k8s.components.k3s.upgrades import upgrade_namespace
-from gpu_k8s.components.manifests import kubernetes_object
+from gpu_k8s.components.manifests import admission_policy, deny_binding
 from gpu_k8s.components.spec import TaintSpec
 
 POLICY_NAME = "gpu-k8s-no-workloads-on-servers"
@@ -99,13 +99,7 @@ def server_pod_policy(system_namespaces: Sequence[str], taint: TaintSpec) -> lis
             ],
         },
     }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME},
-        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
-    }
-    return [policy, binding]
+    return [policy, deny_binding(POLICY_NAME)]
 
 
 class ServerPodPolicy(pulumi.ComponentResource):
@@ -123,12 +117,6 @@ class ServerPodPolicy(pulumi.ComponentResource):
     ):
         super().__init__("gpu-k8s:k3s:ServerPodPolicy", name, None, opts)
         assert traits.system_taint is not None, "k3s servers are tainted"
-        policy, binding = server_pod_policy(system_namespaces, traits.system_taint)
-        child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on))
-        self.policy = kubernetes_object(f"{name}-policy", policy, child)
-        self.binding = kubernetes_object(
-            f"{name}-binding",
-            binding,
-            pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.policy]),
-        )
+        policy, _ = server_pod_policy(system_namespaces, traits.system_taint)
+        self.policy, self.binding = admission_policy(name, policy, provider, self, depends_on)
         self.register_outputs({})
