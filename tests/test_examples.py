@@ -52,6 +52,11 @@ def test_the_quota_is_the_team_share_of_the_pools_slots_at_max_nodes(team_quota)
     quota = team_quota.by_name("ml-team-gpus")
     assert quota.inputs["spec"] == {"hard": {"requests.nvidia.com/gpu": "7"}}
     assert quota.inputs["metadata"]["namespace"] == "ml-team"
+    # Capped by its quota, not the queues: it opts out of batch's queued-GPU policy (components/queued_gpus).
+    from gpu_k8s.components.queued_gpus import OPT_OUT_LABEL, OPT_OUT_VALUE
+
+    (namespace,) = [r for r in team_quota.by_type("kubernetes:core/v1:Namespace") if r.name == "ml-team"]
+    assert namespace.inputs["metadata"]["labels"] == {OPT_OUT_LABEL: OPT_OUT_VALUE}
     assert team_quota.outputs["teamNamespace"] == "ml-team"
     assert [pool["name"] for pool in team_quota.outputs["gpuPools"]] == ["l4", "a10g-notebooks"]
 

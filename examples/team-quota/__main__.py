@@ -29,7 +29,13 @@ cluster = build_cluster(load_spec(stack_cluster_config()))
 share = float(pulumi.Config().require("share"))
 on_cluster = pulumi.ResourceOptions(provider=cluster.k8s_provider, depends_on=list(cluster.system_ready))
 
-team = k8s.core.v1.Namespace("ml-team", metadata={"name": "ml-team"}, opts=on_cluster)
+# This team's GPUs are capped by a ResourceQuota, not Kueue's queues: where the stack turns `batch` on, GPU
+# pods outside the queued namespaces are refused unless their namespace opts out with this label.
+team = k8s.core.v1.Namespace(
+    "ml-team",
+    metadata={"name": "ml-team", "labels": {"gpu-k8s.io/unqueued-gpus": "allowed"}},
+    opts=on_cluster,
+)
 k8s.core.v1.ResourceQuota(
     "ml-team-gpus",
     metadata={"name": "gpus", "namespace": team.metadata.name},
