@@ -6,7 +6,10 @@ starts GPU nodes for them).
 Exempt: the namespaces `batch` queues, the toolkit's own add-ons' (the GPU Operator's validator asks for a
 GPU), kube-system, and any namespace a user labels `gpu-k8s.io/unqueued-gpus: allowed` (a model server,
 say). Only pod creation is checked: running pods and their updates are left alone, so the `up` that adds
-the policy stops nothing, but a new pod (a rollout, a restart) of an unlabelled namespace is refused.
+the policy stops nothing, but every new pod of an unlabelled namespace is refused (rollouts delete before
+they create: stacks/README.md says what that costs). Not seen: a job without a queue label inside a queued
+namespace (Kueue runs it unqueued), and GPUs reached without a resource request (a DRA claim, a privileged
+pod).
 Namespaces are matched by `kubernetes.io/metadata.name`, which only the API server sets.
 """
 

@@ -113,4 +113,5 @@ def test_the_user_can_turn_it_off(aws_eks_config):
     config = copy.deepcopy(aws_eks_config)
     config["gpu-k8s:cluster"]["batch"]["queuedGpusOnly"] = False
     recording = run_program("open", config)
-    assert not [p for p in recording.by_type(POLICY) if p.inputs["metadata"]["name"] == POLICY_NAME]
+    for kind in (POLICY, BINDING):
+        assert not [r for r in recording.by_type(kind) if r.inputs["metadata"]["name"] == POLICY_NAME]
