@@ -54,6 +54,36 @@ def resource_name_part(object_name: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", object_name).strip("-")
 
 
+def pod_policy(
+    name: str,
+    operations: Sequence[str],
+    namespace_expressions: Sequence[Mapping[str, Any]],
+    validations: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy on pods, failing closed (an API server that cannot evaluate it refuses),
+    in the namespaces the label expressions select."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": list(operations),
+                        "resources": ["pods"],
+                    }
+                ],
+                "namespaceSelector": {"matchExpressions": [dict(e) for e in namespace_expressions]},
+            },
+            "validations": [dict(v) for v in validations],
+        },
+    }
+
+
 def deny_binding(policy_name: str) -> dict[str, Any]:
     """A ValidatingAdmissionPolicyBinding that denies what the named policy refuses, wherever the policy's own
     match constraints reach (no params, no narrower selector)."""

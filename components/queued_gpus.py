@@ -20,7 +20,7 @@ from typing import Any
 
 import pulumi
 
-from gpu_k8s.components.manifests import admission_policy, deny_binding
+from gpu_k8s.components.manifests import admission_policy, deny_binding, pod_policy
 
 POLICY_NAME = "gpu-k8s-gpu-pods-through-queues"
 OPT_OUT_LABEL = "gpu-k8s.io/unqueued-gpus"
@@ -47,40 +47,24 @@ def queued_gpu_policy(queued: Sequence[str], exempt: Sequence[str]) -> list[dict
     """The policy and its binding (Deny) as manifests: `queued` are the namespaces Kueue queues, `exempt`
     the add-ons' own."""
     skipped = sorted({"kube-system", *queued, *exempt})
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods"],
-                    }
-                ],
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": skipped},
-                        {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]},
-                    ]
-                },
-            },
-            "validations": [
-                {
-                    "expression": f"!({asks_for_gpu_expression()})",
-                    "reason": "Forbidden",
-                    "message": "GPU pods run where Kueue queues them "
-                    f"(batch.namespaces: {', '.join(queued)}), so the pools' quotas hold. Fix: submit the "
-                    f"job to a pool's queue there, label this namespace {OPT_OUT_LABEL}={OPT_OUT_VALUE} "
-                    "(a model server, say), or set batch.queuedGpusOnly: false",
-                }
-            ],
-        },
-    }
+    policy = pod_policy(
+        POLICY_NAME,
+        ["CREATE"],
+        [
+            {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": skipped},
+            {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]},
+        ],
+        [
+            {
+                "expression": f"!({asks_for_gpu_expression()})",
+                "reason": "Forbidden",
+                "message": "GPU pods run where Kueue queues them "
+                f"(batch.namespaces: {', '.join(queued)}), so the pools' quotas hold. Fix: submit the "
+                f"job to a pool's queue there, label this namespace {OPT_OUT_LABEL}={OPT_OUT_VALUE} "
+                "(a model server, say), or set batch.queuedGpusOnly: false",
+            }
+        ],
+    )
     return [policy, deny_binding(POLICY_NAME)]
 
 

@@ -27,7 +27,7 @@ from gpu_k8s.components.cluster import PlatformTraits
 from gpu_k8s.components.gpu_operator import OPERATOR_NAMESPACE
 from gpu_k8s.components.k3s.settings import K3sClusterSpec
 from gpu_k8s.components.k3s.upgrades import upgrade_namespace
-from gpu_k8s.components.manifests import admission_policy, deny_binding
+from gpu_k8s.components.manifests import admission_policy, deny_binding, pod_policy
 from gpu_k8s.components.spec import TaintSpec
 
 POLICY_NAME = "gpu-k8s-no-workloads-on-servers"
@@ -58,47 +58,31 @@ def tolerates_server_expression(taint: TaintSpec) -> str:
 def server_pod_policy(system_namespaces: Sequence[str], taint: TaintSpec) -> list[dict[str, Any]]:
     """The policy and its binding (Deny) as manifests."""
     exempt = sorted({"kube-system", *system_namespaces})
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        # Tolerations may be added to a pod that is not yet scheduled (an update).
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["pods"],
-                    }
-                ],
-                "namespaceSelector": {
-                    "matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": exempt}]
-                },
+    policy = pod_policy(
+        POLICY_NAME,
+        # Tolerations may be added to a pod that is not yet scheduled (an update).
+        ["CREATE", "UPDATE"],
+        [{"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": exempt}],
+        [
+            {
+                # An update that leaves a pod's tolerations as they were (labels, finalizers, owner
+                # references) is not the pod newly asking for a server.
+                "expression": f"{UNCHANGED_TOLERATIONS} || !({tolerates_server_expression(taint)})",
+                "reason": "Forbidden",
+                "message": f"pods outside {', '.join(exempt)} may not tolerate the k3s servers' taint "
+                f"{taint.key}:{taint.effect} (nor every taint): servers hold the cluster's CA keys and "
+                "cloud identity. Tolerate the GPU pools' taints by key instead (gpu-k8s plan: 'How a pod "
+                "lands on a pool')",
             },
-            "validations": [
-                {
-                    # An update that leaves a pod's tolerations as they were (labels, finalizers, owner
-                    # references) is not the pod newly asking for a server.
-                    "expression": f"{UNCHANGED_TOLERATIONS} || !({tolerates_server_expression(taint)})",
-                    "reason": "Forbidden",
-                    "message": f"pods outside {', '.join(exempt)} may not tolerate the k3s servers' taint "
-                    f"{taint.key}:{taint.effect} (nor every taint): servers hold the cluster's CA keys and "
-                    "cloud identity. Tolerate the GPU pools' taints by key instead (gpu-k8s plan: 'How a pod "
-                    "lands on a pool')",
-                },
-                {
-                    "expression": "request.operation != 'CREATE' || !has(object.spec.nodeName) "
-                    "|| object.spec.nodeName == ''",
-                    "reason": "Forbidden",
-                    "message": f"pods outside {', '.join(exempt)} may not name their node (spec.nodeName "
-                    "skips the scheduler); use a nodeSelector",
-                },
-            ],
-        },
-    }
+            {
+                "expression": "request.operation != 'CREATE' || !has(object.spec.nodeName) "
+                "|| object.spec.nodeName == ''",
+                "reason": "Forbidden",
+                "message": f"pods outside {', '.join(exempt)} may not name their node (spec.nodeName "
+                "skips the scheduler); use a nodeSelector",
+            },
+        ],
+    )
     return [policy, deny_binding(POLICY_NAME)]
 
 
