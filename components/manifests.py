@@ -9,6 +9,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+# The label the API server sets on every namespace to its name, which nobody can change: what policies select
+# namespaces by (Kubernetes "Well-Known Labels").
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 # The kinds the pinned upstream deployments use (apiVersion, kind) -> resource class.
 OBJECT_CLASSES: Mapping[tuple[str, str], Callable[..., pulumi.CustomResource]] = {
     ("v1", "Namespace"): k8s.core.v1.Namespace,

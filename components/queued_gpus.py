@@ -20,12 +20,11 @@ from typing import Any
 
 import pulumi
 
-from gpu_k8s.components.manifests import admission_policy, deny_binding, pod_policy
+from gpu_k8s.components.manifests import NAMESPACE_NAME_LABEL, admission_policy, deny_binding, pod_policy
 
 POLICY_NAME = "gpu-k8s-gpu-pods-through-queues"
 OPT_OUT_LABEL = "gpu-k8s.io/unqueued-gpus"
 OPT_OUT_VALUE = "allowed"
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 GPU_RESOURCE_PREFIX = "nvidia.com/"
 
 

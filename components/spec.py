@@ -56,6 +56,12 @@ M = TypeVar("M", bound=BaseModel)
 # Kubernetes minors the pinned GPU Operator (v26.7.0) supports: NVIDIA platform-support.rst, 1.33-1.36.
 SUPPORTED_KUBERNETES_MINORS = ("1.33", "1.34", "1.35", "1.36")
 
+
+def minor_key(version: str) -> tuple[int, ...]:
+    """A Kubernetes version's minor ("1.35", or "1.35.2" from EKS) as numbers, for ordering."""
+    return tuple(int(part) for part in version.split(".")[:2])
+
+
 MIN_GPU_DISK_GIB = 50
 # gp3 and pd-balanced volumes both stop at 16 TiB.
 MAX_DISK_GIB = 16384

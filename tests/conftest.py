@@ -274,9 +274,8 @@ def venv_tool(name: str) -> str:
 
 def ec2_cloud_config(inputs: dict[str, Any]) -> str:
     """The cloud-config an EC2 instance (userDataBase64) or launch template (userData) hands cloud-init:
-    base64, gzipped; cloud-init uncompresses what starts with gzip's magic number."""
-    raw = base64.b64decode(inputs.get("userDataBase64") or inputs["userData"])
-    return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
+    base64 of gzip, which cloud-init uncompresses (fails here if the data is not gzipped)."""
+    return gzip.decompress(base64.b64decode(inputs.get("userDataBase64") or inputs["userData"])).decode()
 
 
 def user_data_files(user_data: str) -> dict[str, str]:

@@ -17,7 +17,6 @@ from gpu_k8s.components.prices import Price, aws_node_price, fee, gcp_node_price
 from gpu_k8s.tools.engine import Recording, Registration
 
 HOURS_PER_MONTH = 730
-NODE = " node"
 # Resources that bill while the cluster idles but that no committed table prices: named in the plan.
 UNPRICED = {
     "aws:lb/loadBalancer:LoadBalancer": "application or gateway load balancer",
@@ -42,6 +41,8 @@ class Charge:
     what: str
     count: int
     price: Price | None
+    # A VM (a node or server), which Cloud NAT bills per.
+    node: bool = False
 
     @property
     def usd_per_hour(self) -> float:
@@ -66,7 +67,7 @@ def node_price(recording: Recording, pool: dict[str, Any]) -> Price | None:
 def idle_charges(recording: Recording) -> tuple[list[Charge], list[str]]:
     """The priced charges of the stack at rest, and what bills at rest that no table prices."""
     charges = list(_charges(recording, recording.region("aws"), recording.region("gcp")))
-    charges += gcp_network_charges(recording, sum(c.count for c in charges if c.what.endswith(NODE)))
+    charges += gcp_network_charges(recording, sum(c.count for c in charges if c.node))
     unpriced = Counter(_unpriced(r) for r in recording.registrations if _bills_at_rest(r))
     unpriced.update({f"{c.what} (no price data)": c.count for c in charges if c.price is None})
     not_counted = [f"{n} x {what}" for what, n in sorted(unpriced.items())]
@@ -177,7 +178,7 @@ def _charges(recording: Recording, region: str, gcp_region: str) -> Iterator[Cha
 
 
 def _node_charge(instance_type: str, count: int, price: Price | None) -> Charge:
-    return Charge(f"{instance_type}{NODE}", count, price)
+    return Charge(f"{instance_type} node", count, price, node=True)
 
 
 def _gcp_price(config: dict[str, Any], region: str) -> Price | None:

@@ -27,7 +27,7 @@ from gpu_k8s.components.cluster import PlatformTraits
 from gpu_k8s.components.gpu_operator import OPERATOR_NAMESPACE
 from gpu_k8s.components.k3s.settings import K3sClusterSpec
 from gpu_k8s.components.k3s.upgrades import upgrade_namespace
-from gpu_k8s.components.manifests import admission_policy, deny_binding, pod_policy
+from gpu_k8s.components.manifests import NAMESPACE_NAME_LABEL, admission_policy, deny_binding, pod_policy
 from gpu_k8s.components.spec import TaintSpec
 
 POLICY_NAME = "gpu-k8s-no-workloads-on-servers"
@@ -35,7 +35,6 @@ UNCHANGED_TOLERATIONS = (
     "(request.operation == 'UPDATE' && has(oldObject.spec.tolerations) && has(object.spec.tolerations) "
     "&& object.spec.tolerations == oldObject.spec.tolerations)"
 )
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 def k3s_system_namespaces(spec: K3sClusterSpec, *platform_namespaces: str) -> list[str]:

@@ -17,7 +17,7 @@ from gpu_k8s.components.cluster import GpuCluster, PlatformTraits, platform_issu
 from gpu_k8s.components.compat import DriverFacts, DriverVersion
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
-from gpu_k8s.components.spec import SUPPORTED_KUBERNETES_MINORS, GpuPoolSpec, pool_child_name
+from gpu_k8s.components.spec import SUPPORTED_KUBERNETES_MINORS, GpuPoolSpec, minor_key, pool_child_name
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
     ACCELERATOR_LABEL,
@@ -412,10 +412,6 @@ class EksCluster(pulumi.ComponentResource):
         )
 
 
-def _minor(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split(".")[:2])
-
-
 def running_version_issues(spec: EksClusterSpec, invoke: pulumi.InvokeOptions) -> Iterable[ConfigIssue]:
     """The stack's cluster, where it already runs, on a newer minor than `kubernetesVersion`: with standard
     support only, AWS upgrades a cluster itself at the end of its minor's standard support (review-aws.md
@@ -424,7 +420,7 @@ def running_version_issues(spec: EksClusterSpec, invoke: pulumi.InvokeOptions) -
     if spec.name not in aws.eks.get_clusters(opts=invoke).names:
         return
     running = aws.eks.get_cluster(name=spec.name, opts=invoke).version
-    if _minor(running) <= _minor(spec.kubernetes_version):
+    if minor_key(running) <= minor_key(spec.kubernetes_version):
         return
     supported = running in SUPPORTED_KUBERNETES_MINORS
     yield ConfigIssue(

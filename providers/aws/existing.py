@@ -51,6 +51,7 @@ from gpu_k8s.components.spec import (
     GpuPoolSpec,
     PoolRules,
     gpu_pool_issues,
+    minor_key,
     parse_structure,
 )
 from gpu_k8s.providers.aws.autoscaling import (
@@ -201,7 +202,7 @@ def existing_cluster(name: str, invoke: pulumi.InvokeOptions) -> ExistingCluster
 
 def existing_cluster_issues(cluster: ExistingCluster) -> Iterable[ConfigIssue]:
     if cluster.minor not in SUPPORTED_KUBERNETES_MINORS:
-        newer = _minor_key(cluster.minor) > _minor_key(SUPPORTED_KUBERNETES_MINORS[-1])
+        newer = minor_key(cluster.minor) > minor_key(SUPPORTED_KUBERNETES_MINORS[-1])
         yield ConfigIssue(
             f"{GPU_LAYER_KEY}.cluster",
             cluster.name,
@@ -211,10 +212,6 @@ def existing_cluster_issues(cluster: ExistingCluster) -> Iterable[ConfigIssue]:
             if newer
             else "upgrade the cluster first (aws eks update-cluster-version)",
         )
-
-
-def _minor_key(minor: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in minor.split("."))
 
 
 @dataclass(frozen=True)
