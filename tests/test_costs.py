@@ -38,9 +38,9 @@ def idle_per_hour(recording) -> float:
 
 
 def test_the_idle_baseline_is_the_resources_that_bill_at_rest(aws_eks, aws_k3s, gcp_gke, gcp_k3s):
-    # EKS: control plane + 3 NAT gateways and their 3 Elastic IPs + 2 m7i.large system nodes + the secrets'
-    # KMS key; GPU pools are at zero.
-    eks = 0.10 + 3 * 0.045 + 3 * 0.005 + 2 * 0.1008 + 1 / 730
+    # EKS: control plane + 3 NAT gateways and their 3 Elastic IPs + 2 m7i.large system nodes + two KMS keys
+    # (secrets, control-plane logs); GPU pools are at zero.
+    eks = 0.10 + 3 * 0.045 + 3 * 0.005 + 2 * 0.1008 + 2 / 730
     assert idle_per_hour(aws_eks) == round(eks, 6)
     # k3s on EC2: 3 m7i.large servers + 3 NAT gateways and their addresses + the API and registration
     # network balancers (the internet-facing one with an address in each of 3 zones) + 2 secrets.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import parliament
 import pytest
 
 from gpu_k8s.tools.engine import Recording
@@ -75,6 +76,26 @@ def test_eks_cluster_role_may_use_only_its_secrets_key(aws_eks: Recording):
         )
     ]
     assert policy.urn in aws_eks.by_name("ml-eks").dependencies
+
+
+def test_eks_control_plane_logs_are_encrypted_with_a_key_only_their_log_group_may_use(aws_eks: Recording):
+    key = aws_eks.by_name("ml-control-plane-logs-key")
+    log_group = aws_eks.by_name("ml-control-plane-logs")
+    assert key.inputs["enableKeyRotation"] is True
+    assert log_group.inputs["kmsKeyId"] == f"arn:aws:kms:us-east-1:123456789012:key/{key.id}"
+    assert key.urn in log_group.dependencies
+    by_sid = {s["Sid"]: s for s in json.loads(key.inputs["policy"])["Statement"]}
+    assert by_sid["AccountAdministersKeyThroughIam"]["Principal"] == {"AWS": "arn:aws:iam::123456789012:root"}
+    logs = by_sid["LogsEncryptOneLogGroup"]
+    assert logs["Principal"] == {"Service": "logs.us-east-1.amazonaws.com"}
+    log_group_arn = "arn:aws:logs:us-east-1:123456789012:log-group:/aws/eks/ml/cluster"
+    assert logs["Condition"] == {"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": log_group_arn}}
+    assert log_group.inputs["name"] == "/aws/eks/ml/cluster"
+    assert set(by_sid) == {"AccountAdministersKeyThroughIam", "LogsEncryptOneLogGroup"}
+    # Each wildcard names real KMS actions (a typo would match none and leave the logs service without one).
+    expanded = {a["action"] for pattern in logs["Action"] for a in parliament.expand_action(pattern)}
+    needed = {"Encrypt", "Decrypt", "ReEncryptFrom", "ReEncryptTo", "GenerateDataKey", "DescribeKey"}
+    assert needed <= expanded
 
 
 def test_k3s_servers_run_the_autoscaler_with_the_same_scoped_policy(aws_k3s: Recording):

@@ -32,6 +32,7 @@ from gpu_k8s.providers.aws.efa import install_efa_device_plugin
 from gpu_k8s.providers.aws.iam import (
     EKS_CLUSTER_POLICIES,
     EKS_NODE_POLICIES,
+    log_group_key_policy,
     role_with_policies,
     secrets_encryption_policy,
     service_trust_policy,
@@ -251,11 +252,25 @@ class EksCluster(pulumi.ComponentResource):
             enable_key_rotation=True,
             opts=child,
         )
-        # Created first so Pulumi owns the retention instead of EKS creating a never-expiring group.
+        # Created first so Pulumi owns the retention instead of EKS creating a never-expiring group. The API
+        # server's audit log names users, roles and request paths: it is encrypted with a key of its own that
+        # CloudWatch Logs may use for this group only (security.md, control-plane log group).
+        log_group_name = f"/aws/eks/{spec.name}/cluster"
+        account_id = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
+        log_key = aws.kms.Key(
+            f"{name}-control-plane-logs-key",
+            description=f"Encryption of EKS cluster {spec.name}'s control-plane log group",
+            enable_key_rotation=True,
+            policy=account_id.apply(
+                lambda account: json.dumps(log_group_key_policy(account, args.region, log_group_name))
+            ),
+            opts=child,
+        )
         log_group = aws.cloudwatch.LogGroup(
             f"{name}-control-plane-logs",
-            name=f"/aws/eks/{spec.name}/cluster",
+            name=log_group_name,
             retention_in_days=LOG_RETENTION_DAYS,
+            kms_key_id=log_key.arn,
             opts=child,
         )
         cluster_role = role_with_policies(

@@ -103,6 +103,45 @@ def secrets_encryption_policy(key_arn: str) -> dict[str, Any]:
     }
 
 
+def log_group_key_policy(account_id: str, region: str, log_group_name: str) -> dict[str, Any]:
+    """The key policy of the key that encrypts one CloudWatch log group: the account administers it through
+    IAM (KMS's default key policy statement), and CloudWatch Logs may use it for that log group only (the
+    CloudWatch Logs user guide, encrypt-log-data-kms: the service principal with the encryption context
+    condition on the log group's ARN)."""
+    return {
+        "Version": POLICY_VERSION,
+        "Statement": [
+            {
+                "Sid": "AccountAdministersKeyThroughIam",
+                "Effect": "Allow",
+                "Principal": {"AWS": f"arn:aws:iam::{account_id}:root"},
+                "Action": "kms:*",
+                "Resource": "*",
+            },
+            {
+                "Sid": "LogsEncryptOneLogGroup",
+                "Effect": "Allow",
+                "Principal": {"Service": f"logs.{region}.amazonaws.com"},
+                "Action": [
+                    "kms:Encrypt*",
+                    "kms:Decrypt*",
+                    "kms:ReEncrypt*",
+                    "kms:GenerateDataKey*",
+                    "kms:Describe*",
+                ],
+                "Resource": "*",
+                "Condition": {
+                    "ArnEquals": {
+                        "kms:EncryptionContext:aws:logs:arn": (
+                            f"arn:aws:logs:{region}:{account_id}:log-group:{log_group_name}"
+                        )
+                    }
+                },
+            },
+        ],
+    }
+
+
 def cluster_autoscaler_tag(cluster_name: str) -> str:
     """The tag EKS puts on each managed node group's Auto Scaling group (aws-k3s puts it on its own groups):
     what the autoscaler discovers a cluster's groups by, and what its writes are limited to."""
