@@ -34,6 +34,15 @@ SOURCES = CHARTS_ROOT / "sources.json"
 SERVING_STATUSES = ("listed", "unverified")
 
 
+class ManifestLoader(yaml.SafeLoader):
+    """YAML as the API server reads it (YAML 1.2 through sigs.k8s.io/yaml): a plain `=` is the string "="
+    (PyYAML, a YAML 1.1 loader, resolves it to the 1.1 `value` tag and has no constructor for it; the
+    Prometheus Operator's CRDs list it among the label-matcher operators)."""
+
+
+ManifestLoader.add_constructor("tag:yaml.org,2002:value", yaml.SafeLoader.construct_yaml_str)
+
+
 @dataclass(frozen=True)
 class ChartSource:
     chart: str
@@ -192,7 +201,7 @@ class ChartRenderer:
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
     def objects(self, ref: ReleaseRef, kube_version: str) -> list[dict[str, Any]]:
-        return [doc for doc in yaml.safe_load_all(self.render(ref, kube_version)) if doc]
+        return [doc for doc in yaml.load_all(self.render(ref, kube_version), Loader=ManifestLoader) if doc]
 
     def _helm(self, *args: str) -> str:
         # Helm's own state (repositories, cache, plugins) stays inside the work directory.
