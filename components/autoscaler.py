@@ -21,6 +21,7 @@ from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool
 from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
 from gpu_k8s.components.helm import helm_release
 from gpu_k8s.components.manifests import kubernetes_object
+from gpu_k8s.components.monitoring import install_monitoring
 from gpu_k8s.components.spec import ClusterSpec, TaintSpec, duration_seconds
 
 AUTOSCALER_HELM_REPO = "https://kubernetes.github.io/autoscaler"
@@ -188,7 +189,8 @@ def install_gpu_addons(
     `batch`, Kueue's queues admit a job once this autoscaler has provisioned all its pods. Returns the
     cluster with its operator."""
     operator = GpuOperator(
-        f"{spec.name}-gpu-operator", GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator)
+        f"{spec.name}-gpu-operator",
+        GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator, metrics=install_monitoring(spec, cluster)),
     )
     crd = None
     if spec.batch is not None:

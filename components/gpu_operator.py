@@ -100,13 +100,32 @@ def priority_quota_manifest(namespace: str, pods: int) -> dict[str, Any]:
     }
 
 
+def _dcgm_service_monitor(scraped: bool) -> dict[str, Any]:
+    """The chart enables the DCGM exporter's ServiceMonitor by default, which needs the Prometheus Operator's
+    CRDs: off unless `monitoring` installs them. When on, each GPU series gets the name of its node as
+    `node`, from the scrape target itself, the label the toolkit's alerts group by."""
+    if not scraped:
+        return {"enabled": False}
+    return {
+        "relabelings": [
+            {
+                "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                "targetLabel": "node",
+                "action": "replace",
+            }
+        ]
+    }
+
+
 def operator_values(
     traits: PlatformTraits,
     pools: Sequence[GpuPool],
     device_plugin_config_name: pulumi.Input[str] | None,
     mig_config_name: pulumi.Input[str] | None = None,
+    scraped: bool = False,
 ) -> dict[str, Any]:
-    """Helm values for the gpu-operator chart on a platform with these traits and pools."""
+    """Helm values for the gpu-operator chart on a platform with these traits and pools; `scraped`: a
+    Prometheus Operator (this toolkit's `monitoring`) reads the DCGM exporter."""
     tolerations = pool_tolerations(pools)
     toolkit: dict[str, Any] = {"enabled": not traits.toolkit_preinstalled}
     toolkit_env = []
@@ -131,9 +150,7 @@ def operator_values(
         "toolkit": toolkit,
         "daemonsets": {"tolerations": tolerations},
         "node-feature-discovery": nfd,
-        # The chart enables a ServiceMonitor by default, which needs the Prometheus Operator CRDs;
-        # a fresh cluster has none. Users with Prometheus turn it back on in their own program.
-        "dcgmExporter": {"serviceMonitor": {"enabled": False}},
+        "dcgmExporter": {"serviceMonitor": _dcgm_service_monitor(scraped)},
     }
     if system:
         # The operator (and its hook jobs), NFD's master and its garbage collector run on the system nodes.
@@ -169,6 +186,9 @@ class GpuOperatorArgs:
 
     cluster: GpuCluster
     chart_version: str
+    # The monitoring release whose Prometheus scrapes the DCGM exporter (it installs the ServiceMonitor
+    # CRD, so the operator's release waits for it); None: not scraped.
+    metrics: pulumi.Resource | None = None
 
 
 class GpuOperator(pulumi.ComponentResource):
@@ -237,10 +257,16 @@ class GpuOperator(pulumi.ComponentResource):
             version=args.chart_version,
             repository=NVIDIA_HELM_REPO,
             namespace=namespace.metadata.name,
-            values=operator_values(cluster.traits, cluster.pools, device_plugin_config_name, mig_config_name),
+            values=operator_values(
+                cluster.traits,
+                cluster.pools,
+                device_plugin_config_name,
+                mig_config_name,
+                scraped=args.metrics is not None,
+            ),
             parent=self,
             provider=cluster.k8s_provider,
-            depends_on=[namespace, *configs],
+            depends_on=[namespace, *configs, *([args.metrics] if args.metrics is not None else [])],
         )
         self.namespace = namespace.metadata.name
         self.release_status = release.status

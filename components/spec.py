@@ -42,6 +42,7 @@ from gpu_k8s.components.configbase import (
     raise_if_any,
     raw_value_issues,
 )
+from gpu_k8s.components.monitoring_spec import MonitoringSpec, monitoring_issues
 from gpu_k8s.components.sharing import (
     DEFAULT_DEVICE_PLUGIN_CONFIG,
     PoolMig,
@@ -299,6 +300,7 @@ class ClusterSpec(StrictModel):
     gpu_pools: Annotated[tuple[GpuPoolSpec, ...], Field(min_length=1)]
     addon_versions: AddonVersions = AddonVersions()
     batch: BatchSpec | None = None
+    monitoring: MonitoringSpec | None = None
     storage: StorageSpec = StorageSpec()
     # The newest CUDA release the workloads are built for ("12.8"); checked against each pool's driver.
     cuda: CudaRelease = None
@@ -794,6 +796,8 @@ def _semantic_issues(spec: ClusterSpec, given: Any, catalog: Catalog) -> Iterabl
     yield from addon_issues(spec.addon_versions)
     if spec.batch is not None:
         yield from _batch_issues(spec.batch)
+    if spec.monitoring is not None:
+        yield from monitoring_issues(spec.monitoring)
     yield from _foreign_section_issues(spec, "storage", given.storage, f"{spec.cloud}/{spec.kind}")
     yield from _storage_issues(spec)
     yield from _interconnect_issues(spec)
@@ -954,6 +958,9 @@ def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
                 )
             ]
         )
+    if "monitoring" in raw and raw["monitoring"] is None:
+        # `monitoring:` with nothing under it asks for monitoring with its defaults, like `monitoring: {}`.
+        raw = {**raw, "monitoring": {}}
     platform = _platform_for_raw(raw)
     defaulted = platform.spec.with_defaults(raw) if platform else raw
     given: Any = parse_structure(defaulted, _structure_model(_registered()))

@@ -308,8 +308,9 @@ def test_every_namespace_the_toolkit_makes_carries_pod_security(stack, changes, 
     """security.md S5: EKS and GKE admit privileged pods in a namespace without Pod Security labels. Team
     namespaces and the batch controllers' get the cluster's level enforced (k3s: its podSecurity, which a
     label must not loosen) and restricted warned of. Privileged only where host access is the point: the
-    GPU Operator's operands, and on k3s the upgrade controller's jobs (they replace the k3s binary)."""
-    privileged = {"gpu-operator", "system-upgrade"}
+    GPU Operator's operands, on k3s the upgrade controller's jobs (they replace the k3s binary), and with
+    `monitoring` node-exporter's (the host's network and processes)."""
+    privileged = {"gpu-operator", "system-upgrade", "monitoring"}
     config = copy.deepcopy(request.getfixturevalue(f"{stack.replace('-', '_')}_config"))
     cluster = config["gpu-k8s:cluster"]
     for key, value in changes.items():

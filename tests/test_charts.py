@@ -38,12 +38,19 @@ AWS_K3S_CHARTS = {
     "aws-efs-csi-driver",
 }
 EXPECTED_CHARTS = {
-    "aws_eks": {"gpu-operator", "cluster-autoscaler", "kueue", "jobset", "aws-efa-k8s-device-plugin"},
-    "mixed_sharing": {"gpu-operator", "cluster-autoscaler", "kueue", "jobset"},
+    "aws_eks": {
+        "gpu-operator",
+        "cluster-autoscaler",
+        "kueue",
+        "jobset",
+        "aws-efa-k8s-device-plugin",
+        "kube-prometheus-stack",
+    },
+    "mixed_sharing": {"gpu-operator", "cluster-autoscaler", "kueue", "jobset", "kube-prometheus-stack"},
     "gcp_gke": {"gpu-operator"},
     "aws_k3s": AWS_K3S_CHARTS,
     "aws_k3s_efa": {*AWS_K3S_CHARTS, "aws-efa-k8s-device-plugin"},
-    "gcp_k3s": {"gpu-operator", "cluster-autoscaler", "csi-driver-nfs"},
+    "gcp_k3s": {"gpu-operator", "cluster-autoscaler", "csi-driver-nfs", "kube-prometheus-stack"},
 }
 
 

@@ -21,6 +21,7 @@ from gpu_k8s.components.autoscaler import COMMON_FLAGS
 from gpu_k8s.components.batch import JOBSET_CHART_VERSION, KUEUE_CHART_VERSION
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.components.compat import CLUSTER_AUTOSCALER_CHART_VERSION, GPU_OPERATOR_CHART_VERSION
+from gpu_k8s.components.monitoring import CHART_VERSION as MONITORING_CHART_VERSION
 from gpu_k8s.components.sharing import (
     BALANCED_LAYOUTS,
     MIG_PROFILE,
@@ -32,6 +33,7 @@ from gpu_k8s.components.sharing import (
 )
 from gpu_k8s.components.spec import SUPPORTED_KUBERNETES_MINORS
 from gpu_k8s.providers.aws.addons import default_storage_class_manifest
+from gpu_k8s.tools.charts import CHARTS_ROOT
 from tests.conftest import some, upstream, upstream_yaml, venv_tool
 from tests.paths import REPO_ROOT
 from tests.test_charts import crd_schemas
@@ -184,6 +186,11 @@ def test_operator_defaults_we_extend_are_still_the_charts(aws_eks):
 
 
 KUEUE_CRDS = sorted((REPO_ROOT / "upstream" / "kueue" / KUEUE_CHART_VERSION / "crds").glob("*.yaml"))
+PROMETHEUS_RULE_CRD = (
+    CHARTS_ROOT
+    / f"kube-prometheus-stack-{MONITORING_CHART_VERSION}"
+    / "charts/crds/crds/crd-prometheusrules.yaml"
+)
 
 
 def kubernetes_objects(*recordings) -> list[dict[str, Any]]:
@@ -206,9 +213,14 @@ def test_kubernetes_objects_pass_strict_schema_validation(
 ):
     objects = kubernetes_objects(aws_eks, mixed_sharing, gcp_gke, aws_k3s, gcp_k3s)
     # Custom resources against the schema of the CRD the stack installs with them (k3s upgrade Plans) or
-    # its chart installs (Kueue's, pinned under upstream/kueue).
+    # its chart installs (Kueue's, pinned under upstream/kueue; the Prometheus Operator's, in the pinned
+    # kube-prometheus-stack).
     kueue_crds = [upstream_yaml(f"kueue/{KUEUE_CHART_VERSION}/crds/{path.name}") for path in KUEUE_CRDS]
-    schemas = {(api, kind): schema for (api, kind, _), schema in crd_schemas([*objects, *kueue_crds]).items()}
+    prometheus_crds = [yaml.safe_load(PROMETHEUS_RULE_CRD.read_text())]
+    schemas = {
+        (api, kind): schema
+        for (api, kind, _), schema in crd_schemas([*objects, *kueue_crds, *prometheus_crds]).items()
+    }
     custom = [o for o in objects if (o["apiVersion"], o["kind"]) in schemas]
     assert {o["kind"] for o in custom} == {
         "Plan",
@@ -217,6 +229,7 @@ def test_kubernetes_objects_pass_strict_schema_validation(
         "LocalQueue",
         "AdmissionCheck",
         "ProvisioningRequestConfig",
+        "PrometheusRule",
     }
     for obj in custom:
         jsonschema.validate(obj, schemas[obj["apiVersion"], obj["kind"]])

@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_k8s.components.monitoring import CHART as MONITORING_CHART
 from gpu_k8s.components.prices import Price, aws_node_price, fee, gcp_node_price
 from gpu_k8s.tools.engine import Recording, Registration
 
 HOURS_PER_MONTH = 730
 # Resources that bill while the cluster idles but that no committed table prices: named in the plan.
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 UNPRICED = {
     "aws:lb/loadBalancer:LoadBalancer": "application or gateway load balancer",
     "aws:efs/fileSystem:FileSystem": "EFS file system (per GiB stored)",
@@ -89,10 +91,17 @@ def _bills_at_rest(resource: Registration) -> bool:
         return resource.inputs.get("addressType", "EXTERNAL") == "EXTERNAL"
     if resource.type == "aws:lb/loadBalancer:LoadBalancer":
         return resource.inputs.get("loadBalancerType") != "network"
+    if resource.type == HELM_RELEASE:
+        return resource.inputs.get("chart") == MONITORING_CHART
     return resource.type in UNPRICED
 
 
 def _unpriced(resource: Registration) -> str:
+    if resource.type == HELM_RELEASE:
+        # The Prometheus volume: a disk of the cluster's default StorageClass, created with the Prometheus.
+        prometheus = resource.inputs["values"]["prometheus"]["prometheusSpec"]
+        size = prometheus["storageSpec"]["volumeClaimTemplate"]["spec"]["resources"]["requests"]["storage"]
+        return f"Prometheus volume ({size} on the default StorageClass)"
     if resource.type == "gcp:filestore/instance:Instance":
         # Filestore bills the capacity provisioned, used or not (its pricing page), from 1 TiB on Basic HDD.
         capacity = (resource.inputs.get("fileShares") or {}).get("capacityGb")

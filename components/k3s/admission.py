@@ -28,6 +28,7 @@ from gpu_k8s.components.gpu_operator import OPERATOR_NAMESPACE
 from gpu_k8s.components.k3s.settings import K3sClusterSpec
 from gpu_k8s.components.k3s.upgrades import upgrade_namespace
 from gpu_k8s.components.manifests import NAMESPACE_NAME_LABEL, admission_policy, deny_binding, pod_policy
+from gpu_k8s.components.monitoring import MONITORING_NAMESPACE
 from gpu_k8s.components.spec import TaintSpec
 
 POLICY_NAME = "gpu-k8s-no-workloads-on-servers"
@@ -42,7 +43,11 @@ def k3s_system_namespaces(spec: K3sClusterSpec, *platform_namespaces: str) -> li
     platform's own (its CSI driver's, say). Only these: a namespace exempt but unused is one a user who may
     create namespaces could claim."""
     batch = (KUEUE_NAMESPACE, JOBSET_NAMESPACE) if spec.batch is not None else ()
-    return sorted({"kube-system", OPERATOR_NAMESPACE, upgrade_namespace(), *batch, *platform_namespaces})
+    # Prometheus and its operator run on the system nodes, which on k3s are the servers.
+    monitoring = (MONITORING_NAMESPACE,) if spec.monitoring is not None else ()
+    return sorted(
+        {"kube-system", OPERATOR_NAMESPACE, upgrade_namespace(), *batch, *monitoring, *platform_namespaces}
+    )
 
 
 def tolerates_server_expression(taint: TaintSpec) -> str:

@@ -28,6 +28,7 @@ from gpu_k8s.components.compat import DriverFacts
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
+from gpu_k8s.components.monitoring import install_monitoring
 from gpu_k8s.components.sharing import SharingSpec
 from gpu_k8s.components.spec import (
     SUPPORTED_KUBERNETES_MINORS,
@@ -777,7 +778,10 @@ def build(spec: GkeClusterSpec) -> GpuCluster:
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
     operator = GpuOperator(
-        f"{spec.name}-gpu-operator", GpuOperatorArgs(gke.handle, spec.addon_versions.gpu_operator)
+        f"{spec.name}-gpu-operator",
+        GpuOperatorArgs(
+            gke.handle, spec.addon_versions.gpu_operator, metrics=install_monitoring(spec, gke.handle)
+        ),
     )
     if spec.batch is not None:
         BatchQueues(f"{spec.name}-batch", gke.handle, spec.batch)

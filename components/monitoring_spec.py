@@ -1,0 +1,75 @@
+"""The `monitoring` section of the stack config: its model and its rules (kept apart from the component so
+the config model can hold it without importing Pulumi resources)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Annotated
+
+from pydantic import Field
+
+from gpu_k8s.components.configbase import ConfigIssue, StrictModel, config_path
+
+# A Prometheus duration (prometheus/common model.ParseDuration: units y w d h m s ms; whole units only here).
+PROMETHEUS_DURATION = re.compile(r"(?:[0-9]+[ywdhms])+")
+UNIT_SECONDS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
+MIN_STORAGE_GIB = 5
+
+
+class GpuAlertsSpec(StrictModel):
+    """`monitoring.alerts`: when each GPU alert fires."""
+
+    # Every GPU of a node at 0% utilization this long: a node someone pays for that does no work (a pod
+    # holds its GPU, so the autoscaler keeps it).
+    gpu_idle_for: str = "1h"
+    # A pod asking for GPUs still Pending after this long: no capacity, a quota, or a shape no node fits.
+    gpu_pod_pending_for: str = "30m"
+    # A GPU's memory this full (percent of its frame buffer) for gpuMemoryFullFor: the next allocation
+    # fails with out-of-memory.
+    gpu_memory_full_percent: Annotated[int, Field(ge=50, le=100)] = 95
+    gpu_memory_full_for: str = "15m"
+
+
+class MonitoringSpec(StrictModel):
+    """`monitoring`: Prometheus with the GPU metrics and alerts."""
+
+    # How long samples are kept (a Prometheus duration).
+    retention: str = "15d"
+    # The Prometheus volume (GiB) on the cluster's default StorageClass; the oldest samples go first when
+    # the TSDB reaches 80% of it, even before `retention`.
+    storage_gib: Annotated[int, Field(ge=MIN_STORAGE_GIB, le=16384)] = 20
+    alerts: GpuAlertsSpec = GpuAlertsSpec()
+
+
+def prometheus_duration_seconds(text: str) -> int | None:
+    """Seconds of a whole-unit Prometheus duration ("1h", "1h30m", "15d"), or None."""
+    if PROMETHEUS_DURATION.fullmatch(text) is None:
+        return None
+    return sum(int(n) * UNIT_SECONDS[u] for n, u in re.findall(r"([0-9]+)([ywdhms])", text))
+
+
+def monitoring_issues(monitoring: MonitoringSpec) -> Iterable[ConfigIssue]:
+    durations = {
+        ("retention",): (monitoring.retention, 2 * 3600),
+        ("alerts", "gpuIdleFor"): (monitoring.alerts.gpu_idle_for, 5 * 60),
+        ("alerts", "gpuPodPendingFor"): (monitoring.alerts.gpu_pod_pending_for, 60),
+        ("alerts", "gpuMemoryFullFor"): (monitoring.alerts.gpu_memory_full_for, 60),
+    }
+    for keys, (value, minimum) in durations.items():
+        seconds = prometheus_duration_seconds(value)
+        if seconds is None:
+            yield ConfigIssue(
+                config_path("monitoring", *keys),
+                value,
+                "not a Prometheus duration",
+                'write it like "30m" or "2h"',
+            )
+        elif seconds < minimum:
+            yield ConfigIssue(
+                config_path("monitoring", *keys),
+                value,
+                f"shorter than {minimum // 60} minutes, which "
+                + ("keeps less than a day's trend" if keys == ("retention",) else "alerts on normal churn"),
+                f'write at least "{minimum // 60}m"',
+            )

@@ -1,0 +1,279 @@
+"""`monitoring`: kube-prometheus-stack, the DCGM exporter scraped with a `node` label, and the GPU alerts.
+
+The alerts are checked by their real consumer: Prometheus' `promtool` (Debian's `prometheus` package, which
+.ci/run installs) parses the rules and runs unit tests of each alert against synthetic series written here.
+The PrometheusRule object is validated against the CRD of the pinned chart.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from gpu_k8s.components.monitoring import (
+    MONITORING_NAMESPACE,
+    gpu_alert_rules,
+    prometheus_rule_manifest,
+    stack_values,
+)
+from gpu_k8s.components.monitoring_spec import GpuAlertsSpec, MonitoringSpec, prometheus_duration_seconds
+from gpu_k8s.tools.charts import CHARTS_ROOT
+from gpu_k8s.tools.engine import Recording, run_program
+from tests.conftest import HELM_RELEASE, assert_refused_before_any_resource, set_path
+from tests.test_charts import crd_schemas, validate_custom_resource
+from tests.test_server_admission import planned_policy
+
+CHART_DIR = CHARTS_ROOT / "kube-prometheus-stack-88.5.3"
+
+
+def releases(recording: Recording) -> dict[str, Any]:
+    return {r.inputs["chart"]: r for r in recording.by_type(HELM_RELEASE)}
+
+
+def test_monitoring_installs_the_pinned_stack_before_the_operator_whose_exporter_it_scrapes(aws_eks):
+    by_chart = releases(aws_eks)
+    stack, operator = by_chart["kube-prometheus-stack"], by_chart["gpu-operator"]
+    assert stack.inputs["version"] == "88.5.3"
+    assert stack.inputs["repositoryOpts"] == {"repo": "https://prometheus-community.github.io/helm-charts"}
+    assert stack.inputs["namespace"] == "monitoring"
+    assert stack.urn in operator.dependencies
+    monitor = operator.inputs["values"]["dcgmExporter"]["serviceMonitor"]
+    assert "enabled" not in monitor  # the chart's default, true
+    assert monitor["relabelings"] == [
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
+    ]
+    rule = aws_eks.by_name("ml-monitoring-gpu-alerts")
+    assert stack.urn in rule.dependencies
+    namespace = aws_eks.by_name("ml-monitoring-namespace")
+    assert namespace.inputs["metadata"]["labels"] == {"pod-security.kubernetes.io/enforce": "privileged"}
+
+
+def test_without_monitoring_nothing_of_it_is_made_and_the_exporter_is_not_scraped(gcp_gke):
+    assert "kube-prometheus-stack" not in releases(gcp_gke)
+    assert not [r for r in gcp_gke.registrations if "monitoring.coreos.com" in r.type]
+    operator = releases(gcp_gke)["gpu-operator"]
+    assert operator.inputs["values"]["dcgmExporter"]["serviceMonitor"] == {"enabled": False}
+
+
+def test_gke_with_monitoring_gets_the_same_stack(gcp_gke_config):
+    config = copy.deepcopy(gcp_gke_config)
+    config["gpu-k8s:cluster"]["monitoring"] = None  # `monitoring:` alone: the defaults
+    recording = run_program("gcp-gke", config)
+    stack = releases(recording)["kube-prometheus-stack"]
+    spec = stack.inputs["values"]["prometheus"]["prometheusSpec"]
+    assert spec["retention"] == "15d" and spec["retentionSize"] == "16GiB"
+    assert spec["storageSpec"]["volumeClaimTemplate"]["spec"]["resources"] == {
+        "requests": {"storage": "20Gi"}
+    }
+    assert stack.urn in releases(recording)["gpu-operator"].dependencies
+
+
+def test_k3s_lets_the_monitoring_namespace_run_on_the_servers_and_tolerate_them(gcp_k3s):
+    selector = planned_policy(gcp_k3s)["spec"]["matchConstraints"]["namespaceSelector"]
+    (exempt,) = [e["values"] for e in selector["matchExpressions"] if e["operator"] == "NotIn"]
+    assert MONITORING_NAMESPACE in exempt
+    values = releases(gcp_k3s)["kube-prometheus-stack"].inputs["values"]
+    tolerations = values["prometheus"]["prometheusSpec"]["tolerations"]
+    assert tolerations and tolerations == values["prometheusOperator"]["tolerations"]
+    assert tolerations == values["kube-state-metrics"]["tolerations"]
+
+
+def test_values_keep_node_exporter_off_the_hosts_root_and_the_volume_with_the_server():
+    values = stack_values(MonitoringSpec(storage_gib=50, retention="30d"), [])
+    assert values["prometheus-node-exporter"] == {"hostRootFsMount": {"enabled": False}}
+    spec = values["prometheus"]["prometheusSpec"]
+    assert spec["retentionSize"] == "40GiB" and spec["retention"] == "30d"
+    assert spec["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Delete", "whenScaled": "Retain"}
+    # No tolerations where the add-ons need none (EKS system nodes are untainted): nothing set that the
+    # chart's default already says.
+    assert "tolerations" not in spec and "prometheusOperator" not in values
+
+
+def test_every_value_set_is_a_key_of_the_pinned_chart():
+    chart_values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+    subchart_values = {
+        name: yaml.safe_load((CHART_DIR / "charts" / name / "values.yaml").read_text())
+        for name in ("kube-state-metrics", "prometheus-node-exporter")
+    }
+
+    def walk(given: dict[str, Any], known: dict[str, Any], path: str) -> None:
+        for key, value in given.items():
+            assert key in known, f"{path}{key} is not a value of the chart"
+            if isinstance(value, dict) and isinstance(known[key], dict) and known[key]:
+                walk(value, known[key], f"{path}{key}.")
+
+    values = stack_values(MonitoringSpec(), [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}])
+    for name, sub in subchart_values.items():
+        walk(values.pop(name), sub, f"{name}.")
+    walk(values, chart_values, "")
+
+
+def test_the_rule_object_is_valid_against_the_pinned_crd():
+    crd = yaml.safe_load((CHART_DIR / "charts/crds/crds/crd-prometheusrules.yaml").read_text())
+    schemas = crd_schemas([crd])
+    manifest = prometheus_rule_manifest(GpuAlertsSpec())
+    validate_custom_resource(manifest, schemas)
+    misspelt = {**manifest, "spec": {"groups": [{**manifest["spec"]["groups"][0], "rule": []}]}}
+    with pytest.raises(jsonschema.ValidationError):
+        validate_custom_resource(misspelt, schemas)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "words"),
+    [
+        ("monitoring.retention", "15 days", ["not a Prometheus duration"]),
+        ("monitoring.retention", "1h", ["shorter than 120 minutes"]),
+        ("monitoring.alerts.gpuIdleFor", "90ms", ["not a Prometheus duration"]),
+        ("monitoring.alerts.gpuIdleFor", "1m", ["shorter than 5 minutes"]),
+        ("monitoring.alerts.gpuPodPendingFor", "30s", ["shorter than 1 minutes"]),
+        ("monitoring.alerts.gpuMemoryFullFor", "soon", ["not a Prometheus duration"]),
+    ],
+)
+def test_bad_monitoring_durations_are_refused_before_any_resource(aws_eks_config, path, value, words):
+    config = copy.deepcopy(aws_eks_config)
+    config["gpu-k8s:cluster"]["monitoring"] = {"alerts": {}}
+    assert_refused_before_any_resource(config, set_path(path, value), path, words)
+
+
+def test_prometheus_durations_are_read_as_prometheus_reads_them():
+    assert prometheus_duration_seconds("1h30m") == 5400
+    assert prometheus_duration_seconds("2w") == 14 * 86400
+    assert prometheus_duration_seconds("") is None
+    assert prometheus_duration_seconds("1.5h") is None
+
+
+# --- the alerts, run by promtool -------------------------------------------------------------------------
+
+
+def promtool(tmp_path: Path, command: str, document: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """Run `promtool <command>` on `document`; skips where promtool is missing, fails so in CI."""
+    found = shutil.which("promtool")
+    if found is None:
+        missing = "promtool is not installed (apt-get install prometheus; .ci/run does)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(missing)
+        pytest.skip(missing)
+    path = tmp_path / f"{command.replace(' ', '-')}.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return subprocess.run(
+        [found, *command.split(), path.name], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_promtool_accepts_the_rules(tmp_path: Path):
+    result = promtool(tmp_path, "check rules", {"groups": gpu_alert_rules(GpuAlertsSpec())})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 5 rules found" in result.stdout
+
+
+def fired(name: str, at: str, *alerts: dict[str, Any]) -> dict[str, Any]:
+    return {"eval_time": at, "alertname": name, "exp_alerts": list(alerts)}
+
+
+def test_each_alert_fires_after_its_threshold_and_not_before(tmp_path: Path):
+    alerts = GpuAlertsSpec(gpu_idle_for="1h", gpu_pod_pending_for="30m", gpu_memory_full_for="15m")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": gpu_alert_rules(alerts)}))
+    dcgm = 'DCGM_FI_DEV_{field}{{node="gpu-1",gpu="{gpu}",job="nvidia-dcgm-exporter"}}'
+    series = [
+        # gpu-1: both GPUs idle for two hours; gpu-2: one GPU busy, so the node is not idle.
+        {"series": dcgm.format(field="GPU_UTIL", gpu="0"), "values": "0x120"},
+        {"series": dcgm.format(field="GPU_UTIL", gpu="1"), "values": "0x120"},
+        {"series": 'DCGM_FI_DEV_GPU_UTIL{node="gpu-2",gpu="0"}', "values": "0x120"},
+        {"series": 'DCGM_FI_DEV_GPU_UTIL{node="gpu-2",gpu="1"}', "values": "80x120"},
+        # gpu-1 GPU 0: 96% of its memory used; GPU 1: 50%.
+        {"series": dcgm.format(field="FB_USED", gpu="0"), "values": "96x120"},
+        {"series": dcgm.format(field="FB_FREE", gpu="0"), "values": "4x120"},
+        {"series": dcgm.format(field="FB_USED", gpu="1"), "values": "50x120"},
+        {"series": dcgm.format(field="FB_FREE", gpu="1"), "values": "50x120"},
+        # An Xid 79 (fallen off the bus) on gpu-1 GPU 1 at minute 10.
+        {"series": dcgm.format(field="XID_ERRORS", gpu="1"), "values": "0x9 79x110"},
+        {"series": dcgm.format(field="ROW_REMAP_FAILURE", gpu="1"), "values": "0x120"},
+        # research/train asks for 8 GPUs and stays Pending; research/web asks for none.
+        {
+            "series": 'kube_pod_container_resource_requests{namespace="research",pod="train",'
+            'container="main",resource="nvidia_com_gpu",unit="integer"}',
+            "values": "8x120",
+        },
+        {
+            "series": 'kube_pod_status_phase{namespace="research",pod="train",phase="Pending"}',
+            "values": "1x120",
+        },
+        {
+            "series": 'kube_pod_container_resource_requests{namespace="research",pod="web",'
+            'container="main",resource="cpu",unit="core"}',
+            "values": "1x120",
+        },
+        {
+            "series": 'kube_pod_status_phase{namespace="research",pod="web",phase="Pending"}',
+            "values": "1x120",
+        },
+    ]
+    xid_advice = (
+        "An Xid is a driver-reported GPU fault; look it up in NVIDIA's Xid catalog. Several (48, 63, 64, 74, "
+        "79, 92, 94, 95) call for draining the node."
+    )
+    idle = {
+        "exp_labels": {"alertname": "GpuNodeIdle", "severity": "warning", "node": "gpu-1"},
+        "exp_annotations": {
+            "summary": "Every GPU of node gpu-1 has been idle for 1h",
+            "description": "The node bills while a pod holds its GPUs without using them, so the autoscaler "
+            "keeps it. Find the pods: kubectl get pods -A --field-selector spec.nodeName=gpu-1",
+        },
+    }
+    memory = {
+        "exp_labels": {
+            "alertname": "GpuMemoryNearlyFull",
+            "severity": "warning",
+            "node": "gpu-1",
+            "gpu": "0",
+        },
+        "exp_annotations": {"summary": "GPU 0 on gpu-1 is over 95% of its memory"},
+    }
+    xid = {
+        "exp_labels": {"alertname": "GpuXidError", "severity": "critical", "node": "gpu-1", "gpu": "1"},
+        "exp_annotations": {"summary": "GPU 1 on gpu-1 reported Xid 79", "description": xid_advice},
+    }
+    pending = {
+        "exp_labels": {
+            "alertname": "GpuPodPending",
+            "severity": "warning",
+            "namespace": "research",
+            "pod": "train",
+        },
+        "exp_annotations": {
+            "summary": "research/train has waited 30m for 8 GPU(s)",
+            "description": "kubectl describe pod says why: no node of that shape, a pool at maxNodes, no "
+            "cloud capacity (the autoscaler's events), or a quota.",
+        },
+    }
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    fired("GpuNodeIdle", "59m"),
+                    fired("GpuNodeIdle", "61m", idle),
+                    fired("GpuMemoryNearlyFull", "14m"),
+                    fired("GpuMemoryNearlyFull", "16m", memory),
+                    fired("GpuXidError", "9m"),
+                    fired("GpuXidError", "10m", xid),
+                    fired("GpuRowRemapFailed", "100m"),
+                    fired("GpuPodPending", "29m"),
+                    fired("GpuPodPending", "31m", pending),
+                ],
+            }
+        ],
+    }
+    result = promtool(tmp_path, "test rules", tests)
+    assert result.returncode == 0, result.stdout + result.stderr
