@@ -741,6 +741,7 @@ GKE_RENAMED = {
     ("Cluster", "enableShieldedNodes"): ("shieldedNodes", "enabled"),
     ("Cluster", "enableLegacyAbac"): ("legacyAbac", "enabled"),
     ("Cluster", "clusterAutoscaling"): ("autoscaling",),
+    ("Cluster", "datapathProvider"): ("networkConfig", "datapathProvider"),
     ("LoggingConfig", "enableComponents"): ("componentConfig", "enableComponents"),
     ("MonitoringConfig", "enableComponents"): ("componentConfig", "enableComponents"),
     ("NodePool", "nodeConfig"): ("config",),

@@ -125,6 +125,8 @@ def test_the_apis_the_stack_needs_are_enabled_first_and_stay_enabled(gcp_gke):
         "iam.googleapis.com",
         # storage.shared: filestore.
         "file.googleapis.com",
+        # The stack's own Secret-encryption key (no gke.secretsKmsKey).
+        "cloudkms.googleapis.com",
     }
     assert all(s.inputs["disableOnDestroy"] is False for s in services.values())
     assert services["compute.googleapis.com"].urn in gcp_gke.by_name("ml-network-vpc").dependencies
@@ -171,7 +173,7 @@ def test_cluster_security_and_autoscaling_settings(gcp_gke):
     assert cluster["deletionProtection"] is True
     # GPU nodes are upgraded and repaired in a daily window, not whenever GKE likes.
     assert cluster["maintenancePolicy"] == {"dailyMaintenanceWindow": {"startTime": "03:00"}}
-    assert "databaseEncryption" not in cluster
+    assert cluster["databaseEncryption"]["state"] == "ENCRYPTED"
     assert set(cluster["loggingConfig"]["enableComponents"]) >= {
         "SYSTEM_COMPONENTS",
         "APISERVER",
@@ -207,8 +209,9 @@ def test_network_is_vpc_native_with_nat_for_private_nodes(gcp_gke):
 
 def test_the_second_up_leaves_the_cluster_alone(gcp_gke):
     """The API reports the removed default pool's nodeConfig as empty; nodeConfig is ForceNew, so without
-    ignoring it every later `up` would replace the cluster (k8s-config-connector#8125)."""
-    assert gcp_gke.by_name("ml-gke").options["ignoreChanges"] == ["nodeConfig"]
+    ignoring it every later `up` would replace the cluster (k8s-config-connector#8125). datapathProvider is
+    ForceNew too: a cluster made before Dataplane V2 was the default keeps its own."""
+    assert gcp_gke.by_name("ml-gke").options["ignoreChanges"] == ["nodeConfig", "datapathProvider"]
 
 
 def test_gpu_operator_leaves_gpus_and_mig_to_gke_and_adds_the_rest(gcp_gke):
@@ -374,6 +377,45 @@ def test_kms_key_encrypts_secrets_and_gke_may_use_it_first(gcp_gke_config):
     # The binding names GKE's service agent, which enabling the GKE API creates.
     assert rec.by_name("ml-container-api").urn in access.dependencies
     assert rec.by_name("ml-file-api").inputs["service"] == "file.googleapis.com"
+    # The user's key: no key of the stack's own, no KMS API to enable.
+    assert not rec.by_type("gcp:kms/keyRing:KeyRing") and not rec.by_type("gcp:kms/cryptoKey:CryptoKey")
+    assert "cloudkms.googleapis.com" not in {
+        r.inputs["service"] for r in rec.by_type("gcp:projects/service:Service")
+    }
+
+
+def test_without_a_key_of_the_users_the_stack_encrypts_secrets_with_its_own(gcp_gke):
+    """security.md S11 / CIS GKE 5.3.1: Secrets are encrypted with a Cloud KMS key by default: a key ring in
+    the cluster's region (KMS has no zonal locations), a key rotated every 90 days, GKE's service agent
+    allowed to use that key only, all before the cluster."""
+    ring = gcp_gke.by_name("ml-secrets")
+    assert ring.type == "gcp:kms/keyRing:KeyRing"
+    # Auto-named (no name input): KMS never deletes a ring or key, so a fixed name would collide when the
+    # stack is made again.
+    assert ring.inputs == {"project": "gpu-k8s-demo", "location": "us-central1"}
+    assert gcp_gke.by_name("ml-cloudkms-api").urn in ring.dependencies
+    key = gcp_gke.by_name("ml-secrets-key")
+    assert key.inputs == {"keyRing": ring.id, "rotationPeriod": "7776000s"}
+    access = gcp_gke.by_name("ml-secrets-key-access")
+    assert access.inputs == {
+        "cryptoKeyId": key.id,
+        "role": "roles/cloudkms.cryptoKeyEncrypterDecrypter",
+        "member": "serviceAccount:service-123456789012@container-engine-robot.iam.gserviceaccount.com",
+    }
+    cluster = gcp_gke.by_name("ml-gke")
+    assert cluster.inputs["databaseEncryption"] == {"state": "ENCRYPTED", "keyName": key.id}
+    assert access.urn in cluster.dependencies
+
+
+def test_new_clusters_enforce_network_policy_and_running_ones_are_not_replaced_for_it(gcp_gke):
+    """security.md S11: NetworkPolicy is enforced only by Dataplane V2 (or Calico); the dataplane cannot
+    change without replacing the cluster in the provider, so a running cluster keeps its own."""
+    cluster = gcp_gke.by_name("ml-gke")
+    assert cluster.inputs["datapathProvider"] == "ADVANCED_DATAPATH"
+    assert "datapathProvider" in cluster.options["ignoreChanges"]
+    # Dataplane V2 enforces policies itself: the Calico add-on and `networkPolicy` must stay unset.
+    assert "networkPolicy" not in cluster.inputs
+    assert "networkPolicyConfig" not in cluster.inputs["addonsConfig"]
 
 
 def test_latest_driver_channel_and_hyperdisk_for_series_without_pd(gcp_gke_config):

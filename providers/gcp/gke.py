@@ -111,7 +111,18 @@ def filestore_storage_class_manifest(network_name: pulumi.Input[str]) -> dict[st
 # from "the first node pool" (discovery document, Cluster.nodeConfig) and the provider reads an empty one
 # back. nodeConfig is ForceNew, so without this every later `up` would replace the cluster
 # (GoogleCloudPlatform/k8s-config-connector#8125; cluster-toolkit's gke-cluster ignores it for this reason).
-CLUSTER_IGNORED_CHANGES = ("nodeConfig",)
+#
+# The dataplane is chosen at creation: GKE Dataplane V2 enforces NetworkPolicy ("always on", GKE's Dataplane
+# V2 concepts page) and is what GKE multi-networking needs. The provider replaces a cluster whose
+# datapathProvider changes (ForceNew in terraform-provider-google's container cluster schema), so a cluster
+# made before this default keeps its legacy dataplane rather than being replaced; GKE documents moving one
+# in place from 1.35.3-gke.1155000 (about-migrating-dataplane-v2).
+CLUSTER_IGNORED_CHANGES = ("nodeConfig", "datapathProvider")
+DATAPLANE_V2 = "ADVANCED_DATAPATH"
+KMS_API = "cloudkms.googleapis.com"
+# Cloud KMS's automatic rotation: a new key version every 90 days (what CIS GKE 5.3.1 and KMS's own
+# guidance suggest); old versions keep decrypting what they encrypted.
+SECRETS_KEY_ROTATION = "7776000s"
 
 
 def gke_traits(spec: GkeClusterSpec) -> PlatformTraits:
@@ -444,8 +455,16 @@ class GkeCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-k8s:gcp:GkeCluster", name, None, opts)
         spec, gke, child = args.spec, args.spec.gke, pulumi.ResourceOptions(parent=self)
+        own_key = gke.secrets_kms_key is None
         apis = enabled_services(
-            name, args.project, [*REQUIRED_APIS, *([FILESTORE_API] if spec.runs_filestore_csi else [])], self
+            name,
+            args.project,
+            [
+                *REQUIRED_APIS,
+                *([FILESTORE_API] if spec.runs_filestore_csi else []),
+                *([KMS_API] if own_key else []),
+            ],
+            self,
         )
         network = Network(
             f"{name}-network",
@@ -462,20 +481,24 @@ class GkeCluster(pulumi.ComponentResource):
         if spec.runs_filestore_csi:
             # The cluster turns GKE's Filestore CSI add-on on: the API it calls is enabled first.
             prerequisites.append(apis[FILESTORE_API])
-        if gke.secrets_kms_key is not None:
-            project = gcp.organizations.get_project_output(
-                project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
+        secrets_key = (
+            gke.secrets_kms_key
+            if gke.secrets_kms_key is not None
+            else self._secrets_key(name, args.project, args.region, apis[KMS_API])
+        )
+        project = gcp.organizations.get_project_output(
+            project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
+        )
+        prerequisites.append(
+            gcp.kms.CryptoKeyIAMMember(
+                f"{name}-secrets-key-access",
+                crypto_key_id=secrets_key,
+                role=KMS_ENCRYPTER,
+                member=gke_service_agent(project.number),
+                # Enabling the GKE API creates the service agent this binding names.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[apis["container.googleapis.com"]]),
             )
-            prerequisites.append(
-                gcp.kms.CryptoKeyIAMMember(
-                    f"{name}-secrets-key-access",
-                    crypto_key_id=gke.secrets_kms_key,
-                    role=KMS_ENCRYPTER,
-                    member=gke_service_agent(project.number),
-                    # Enabling the GKE API creates the service agent this binding names.
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[apis["container.googleapis.com"]]),
-                )
-            )
+        )
         zones = list(spec.network.zones)
         location = args.region if gke.regional else zones[0]
         cluster = gcp.container.Cluster(
@@ -490,6 +513,7 @@ class GkeCluster(pulumi.ComponentResource):
             network=network.network,
             subnetwork=network.subnetwork,
             networking_mode="VPC_NATIVE",
+            datapath_provider=DATAPLANE_V2,
             ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(
                 cluster_secondary_range_name=network.pods_range_name,
                 services_secondary_range_name=network.services_range_name,
@@ -545,10 +569,8 @@ class GkeCluster(pulumi.ComponentResource):
             ),
             enable_shielded_nodes=True,
             enable_legacy_abac=False,
-            database_encryption=(
-                gcp.container.ClusterDatabaseEncryptionArgs(state="ENCRYPTED", key_name=gke.secrets_kms_key)
-                if gke.secrets_kms_key is not None
-                else None
+            database_encryption=gcp.container.ClusterDatabaseEncryptionArgs(
+                state="ENCRYPTED", key_name=secrets_key
             ),
             logging_config=gcp.container.ClusterLoggingConfigArgs(enable_components=list(LOGGED_COMPONENTS)),
             monitoring_config=gcp.container.ClusterMonitoringConfigArgs(
@@ -634,6 +656,27 @@ class GkeCluster(pulumi.ComponentResource):
         self.register_outputs(
             {"clusterName": cluster.name, "endpoint": cluster.endpoint, "kubeconfig": kubeconfig}
         )
+
+    def _secrets_key(
+        self, name: str, project: str, region: str, kms_api: pulumi.Resource
+    ) -> pulumi.Output[str]:
+        """A key of the stack's own for Secret encryption, in the cluster's region (GKE wants the key where
+        the cluster is, and Cloud KMS has no zonal locations). Both are auto-named: Cloud KMS never deletes a
+        key ring or key, so `destroy` only disables the key's versions (30 days later they are destroyed),
+        and a stack made again gets new ones instead of colliding with the old names."""
+        ring = gcp.kms.KeyRing(
+            f"{name}-secrets",
+            project=project,
+            location=region,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[kms_api]),
+        )
+        key = gcp.kms.CryptoKey(
+            f"{name}-secrets-key",
+            key_ring=ring.id,
+            rotation_period=SECRETS_KEY_ROTATION,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return key.id
 
     def _system_pool(
         self,
