@@ -92,6 +92,8 @@ class PlatformTraits:
     # The Pod Security level workloads run under (Kubernetes Pod Security Standards). EKS and GKE apply none
     # cluster-wide, which admits privileged pods; k3s here sets its `podSecurity` for the whole cluster.
     pod_security: Literal["baseline", "restricted"] = "baseline"
+    # The cluster DNS: CoreDNS (with its metrics port) everywhere but GKE Standard, which runs kube-dns.
+    cluster_dns: Literal["coredns", "kube-dns"] = "coredns"
 
     @property
     def system_tolerations(self) -> list[dict[str, str]]:

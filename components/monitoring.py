@@ -8,13 +8,12 @@ until the user routes them (their own Alertmanager, or the chart's, in their pro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpu_k8s.components.cluster import GpuCluster
+from gpu_k8s.components.cluster import GpuCluster, PlatformTraits
 from gpu_k8s.components.helm import helm_release
 from gpu_k8s.components.monitoring_spec import GpuAlertsSpec, MonitoringSpec
 from gpu_k8s.components.spec import ClusterSpec
@@ -25,6 +24,9 @@ CHART_VERSION = "88.5.3"
 # The chart's README at the tag: `helm repo add prometheus-community https://prometheus-community.github.io/...`.
 CHART_REPOSITORY = "https://prometheus-community.github.io/helm-charts"
 RULES_NAME = "gpu-k8s-gpu-alerts"
+# node-exporter listens on each node's own address (host network) on its chart's port: Prometheus reaches it
+# from another node, which the k3s platforms' firewalls must then let through.
+NODE_EXPORTER_PORT = 9100
 # What the TSDB may use of its volume before it deletes the oldest blocks: the rest is the write-ahead log
 # and compaction's headroom (Prometheus storage docs: size-based retention counts blocks, WAL and chunks,
 # so a volume filled to the brim stops the server).
@@ -33,19 +35,38 @@ TSDB_SHARE_OF_VOLUME = 0.8
 
 # The frame buffer's used share per GPU (used + free is what the driver gives workloads).
 GPU_MEMORY_SHARE = "max by (node, gpu) (DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE))"
-# GPUs requested by each Pending pod (kube-state-metrics spells the resource nvidia.com/gpu as
-# nvidia_com_gpu, as Kubecost's GPU troubleshooting queries it; the exporter's source is not pinned here).
-PENDING_GPU_PODS = (
-    'sum by (namespace, pod) (kube_pod_container_resource_requests{resource="nvidia_com_gpu"})'
-    " * on (namespace, pod) group_left () "
-    'max by (namespace, pod) (kube_pod_status_phase{phase="Pending"} == 1) > 0'
+# kube-state-metrics spells an extended resource with `_` for `.` and `/` (nvidia_com_gpu, as Kubecost's GPU
+# queries use it; its pod_test.go as a review read it): whole GPUs, shared slots (nvidia.com/gpu.shared)
+# and MIG slices (nvidia.com/mig-1g.10gb) all match.
+GPU_REQUESTS = 'kube_pod_container_resource_requests{resource=~"nvidia_com_.*"}'
+# GPU slots requested by each pod the scheduler cannot place (PodScheduled=False, Unschedulable: waiting for
+# a node). Pods Kueue holds back carry a scheduling gate instead and are not counted.
+UNSCHEDULABLE_GPU_PODS = (
+    f"sum by (namespace, pod) ({GPU_REQUESTS}) * on (namespace, pod) group_left () "
+    "max by (namespace, pod) (kube_pod_status_unschedulable == 1) > 0"
+)
+# Nodes whose GPUs are all idle (the graphics engine active under 1% of the time: DCGM's profiling field,
+# which reads MIG instances too, where DCGM_FI_DEV_GPU_UTIL reads 0) while a running pod holds some of
+# them. Without such a pod the node is either scaled away by the autoscaler or kept on purpose (minNodes).
+IDLE_HELD_GPU_NODES = (
+    "max by (node) (DCGM_FI_PROF_GR_ENGINE_ACTIVE) < 0.01 and on (node) "
+    f"sum by (node) ({GPU_REQUESTS} * on (namespace, pod) group_left () "
+    'max by (namespace, pod) (kube_pod_status_phase{phase="Running"} == 1)) > 0'
+)
+# Xids after which NVIDIA's Xid catalog says to reset the GPU or drain the node (double-bit ECC 48, row
+# remapping 63/64, NVLink 74, fallen off the bus 79, high single-bit ECC rate 92, contained and uncontained
+# ECC 94/95; recalled from the catalog, not pinned here). Others (13, 31, 43, 45: a program's own fault) are
+# the workload's. The exporter's value is the last Xid, kept until it restarts.
+DRAIN_XIDS = (48, 63, 64, 74, 79, 92, 94, 95)
+DRAIN_XID_GPUS = (
+    "max by (node, gpu) (" + " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {code}" for code in DRAIN_XIDS) + ")"
 )
 
 
 def gpu_alert_rules(alerts: GpuAlertsSpec) -> list[dict[str, Any]]:
     """The PrometheusRule groups. Series: the DCGM exporter's (its fields from the GPU Operator's collector
     list, dcp-metrics-included.csv) with the `node` label the ServiceMonitor adds; kube-state-metrics'
-    pod requests and phases (extended resources spelled `nvidia_com_gpu`)."""
+    pod requests, phases and schedulability."""
     memory_share = alerts.gpu_memory_full_percent / 100
     return [
         {
@@ -53,25 +74,26 @@ def gpu_alert_rules(alerts: GpuAlertsSpec) -> list[dict[str, Any]]:
             "rules": [
                 {
                     "alert": "GpuNodeIdle",
-                    "expr": "max by (node) (DCGM_FI_DEV_GPU_UTIL) == 0",
+                    "expr": IDLE_HELD_GPU_NODES,
                     "for": alerts.gpu_idle_for,
                     "labels": {"severity": "warning"},
                     "annotations": {
                         "summary": "Every GPU of node {{ $labels.node }} has been idle for "
                         + alerts.gpu_idle_for,
-                        "description": "The node bills while a pod holds its GPUs without using them, so the "
-                        "autoscaler keeps it. Find the pods: kubectl get pods -A "
+                        "description": "A running pod holds GPUs of this node without using them, so the "
+                        "autoscaler keeps the node and it bills. Find the pods: kubectl get pods -A "
                         "--field-selector spec.nodeName={{ $labels.node }}",
                     },
                 },
                 {
                     "alert": "GpuXidError",
-                    "expr": "max by (node, gpu) (DCGM_FI_DEV_XID_ERRORS) > 0",
+                    "expr": DRAIN_XID_GPUS,
                     "labels": {"severity": "critical"},
                     "annotations": {
                         "summary": "GPU {{ $labels.gpu }} on {{ $labels.node }} reported Xid {{ $value }}",
-                        "description": "An Xid is a driver-reported GPU fault; look it up in NVIDIA's Xid "
-                        "catalog. Several (48, 63, 64, 74, 79, 92, 94, 95) call for draining the node.",
+                        "description": "The driver reported a fault after which the GPU needs a reset: drain "
+                        "the node (the alert stays until the DCGM exporter restarts, as its value is the "
+                        "last Xid).",
                     },
                 },
                 {
@@ -96,13 +118,13 @@ def gpu_alert_rules(alerts: GpuAlertsSpec) -> list[dict[str, Any]]:
                 },
                 {
                     "alert": "GpuPodPending",
-                    "expr": PENDING_GPU_PODS,
+                    "expr": UNSCHEDULABLE_GPU_PODS,
                     "for": alerts.gpu_pod_pending_for,
                     "labels": {"severity": "warning"},
                     "annotations": {
                         "summary": "{{ $labels.namespace }}/{{ $labels.pod }} has waited "
                         + alerts.gpu_pod_pending_for
-                        + " for {{ $value }} GPU(s)",
+                        + " for a node with {{ $value }} GPU slot(s)",
                         "description": "kubectl describe pod says why: no node of that shape, a pool at "
                         "maxNodes, no cloud capacity (the autoscaler's events), or a quota.",
                     },
@@ -121,8 +143,8 @@ def prometheus_rule_manifest(alerts: GpuAlertsSpec) -> dict[str, Any]:
     }
 
 
-def stack_values(monitoring: MonitoringSpec, system_tolerations: Sequence[dict[str, str]]) -> dict[str, Any]:
-    """Helm values for kube-prometheus-stack on a cluster whose add-ons tolerate `system_tolerations`."""
+def stack_values(monitoring: MonitoringSpec, traits: PlatformTraits) -> dict[str, Any]:
+    """Helm values for kube-prometheus-stack on a platform with these traits."""
     tsdb_gib = int(monitoring.storage_gib * TSDB_SHARE_OF_VOLUME)
     prometheus: dict[str, Any] = {
         "retention": monitoring.retention,
@@ -142,7 +164,8 @@ def stack_values(monitoring: MonitoringSpec, system_tolerations: Sequence[dict[s
                 }
             }
         },
-        # The volume goes with the Prometheus (on `destroy` or when monitoring is removed), not left billing.
+        # The claim goes with the Prometheus when `monitoring` is removed, and the CSI driver deletes its
+        # disk. On `destroy` the driver may go first: stacks/README says to remove `monitoring` before.
         "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
     }
     values: dict[str, Any] = {
@@ -156,18 +179,24 @@ def stack_values(monitoring: MonitoringSpec, system_tolerations: Sequence[dict[s
         "kubeControllerManager": {"enabled": False},
         "kubeProxy": {"enabled": False},
         "prometheus": {"prometheusSpec": prometheus},
-        # node-exporter keeps its host network and PID namespace, but not the host's root file system: on a
-        # k3s server that mount would show the CA keys to whoever controls the exporter's container.
+        # node-exporter keeps its host network and PID namespace, but not the host's root file system: its
+        # free-space metrics of the node's mounts are the price of not handing an exporter the whole host.
         "prometheus-node-exporter": {"hostRootFsMount": {"enabled": False}},
+        # kube-state-metrics would list and watch every Secret of the cluster for a few metrics about them.
+        "kube-state-metrics": {"collectorsExclude": ["secrets"]},
     }
-    if system_tolerations:
-        tolerations = list(system_tolerations)
+    if traits.cluster_dns != "coredns":
+        # The chart scrapes CoreDNS's metrics port on the `k8s-app: kube-dns` pods, which GKE's kube-dns
+        # does not serve: its target would only ever be down.
+        values["coreDns"] = {"enabled": False}
+    if traits.system_tolerations:
+        tolerations = traits.system_tolerations
         prometheus["tolerations"] = tolerations
         values["prometheusOperator"] = {
             "tolerations": tolerations,
             "admissionWebhooks": {"patch": {"tolerations": tolerations}},
         }
-        values["kube-state-metrics"] = {"tolerations": tolerations}
+        values["kube-state-metrics"]["tolerations"] = tolerations
     return values
 
 
@@ -204,7 +233,7 @@ class Monitoring(pulumi.ComponentResource):
             version=CHART_VERSION,
             repository=CHART_REPOSITORY,
             namespace=namespace.metadata.name,
-            values=stack_values(monitoring, cluster.traits.system_tolerations),
+            values=stack_values(monitoring, cluster.traits),
             parent=self,
             provider=cluster.k8s_provider,
             depends_on=[namespace],

@@ -11,9 +11,12 @@ from pydantic import Field
 
 from gpu_k8s.components.configbase import ConfigIssue, StrictModel, config_path
 
-# A Prometheus duration (prometheus/common model.ParseDuration: units y w d h m s ms; whole units only here).
-PROMETHEUS_DURATION = re.compile(r"(?:[0-9]+[ywdhms])+")
-UNIT_SECONDS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
+# A Prometheus duration as the Prometheus Operator's CRDs take it (their `retention` and rule `for`
+# pattern): units in the order y w d h m s, each at most once; milliseconds are not offered here.
+PROMETHEUS_DURATION = re.compile(
+    r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?"
+)
+UNIT_SECONDS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1)
 MIN_STORAGE_GIB = 5
 
 
@@ -44,9 +47,10 @@ class MonitoringSpec(StrictModel):
 
 def prometheus_duration_seconds(text: str) -> int | None:
     """Seconds of a whole-unit Prometheus duration ("1h", "1h30m", "15d"), or None."""
-    if PROMETHEUS_DURATION.fullmatch(text) is None:
+    match = PROMETHEUS_DURATION.fullmatch(text)
+    if not text or match is None:
         return None
-    return sum(int(n) * UNIT_SECONDS[u] for n, u in re.findall(r"([0-9]+)([ywdhms])", text))
+    return sum(int(n or 0) * unit for n, unit in zip(match.groups(), UNIT_SECONDS, strict=True))
 
 
 def monitoring_issues(monitoring: MonitoringSpec) -> Iterable[ConfigIssue]:

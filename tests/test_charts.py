@@ -9,6 +9,7 @@ change what the chart renders, and the repository each Release names must serve 
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import json
 import tarfile
@@ -464,7 +465,9 @@ def leaves(values: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]
         yield path
 
 
-def mutated(values: dict[str, Any], path: tuple[Any, ...]) -> dict[str, Any]:
+def mutated(values: dict[str, Any], path: tuple[Any, ...], drop: bool = False) -> dict[str, Any]:
+    """`values` with the leaf at `path` changed; a list gets an extra item, or with `drop` loses its last (an
+    exclusion list such as kube-state-metrics' collectorsExclude ignores an unknown extra item)."""
     changed = copy.deepcopy(values)
     node: Any = changed
     for part in path[:-1]:
@@ -477,7 +480,7 @@ def mutated(values: dict[str, Any], path: tuple[Any, ...]) -> dict[str, Any]:
     elif isinstance(value, str):
         node[path[-1]] = value + "1"
     elif isinstance(value, list):
-        node[path[-1]] = [*value, "gpu-k8s-probe"]
+        node[path[-1]] = value[:-1] if drop else [*value, "gpu-k8s-probe"]
     else:
         node[path[-1]] = "gpu-k8s-probe"
     return changed
@@ -486,14 +489,20 @@ def mutated(values: dict[str, Any], path: tuple[Any, ...]) -> dict[str, Any]:
 def ignored_values(renderer: ChartRenderer, release: RenderedRelease) -> list[str]:
     baseline = renderer.render(release.ref, release.kube_version)
 
-    def ignored(path: tuple[Any, ...]) -> bool:
+    def unchanged(path: tuple[Any, ...], drop: bool) -> bool:
         try:
             return (
-                renderer.render(release.ref, release.kube_version, mutated(release.ref.values, path))
+                renderer.render(release.ref, release.kube_version, mutated(release.ref.values, path, drop))
                 == baseline
             )
         except Exception:  # a chart that refuses the changed value reads it
             return False
+
+    def ignored(path: tuple[Any, ...]) -> bool:
+        leaf = functools.reduce(lambda node, part: node[part], path, release.ref.values)
+        return unchanged(path, drop=False) and not (
+            isinstance(leaf, list) and leaf and not unchanged(path, True)
+        )
 
     paths = list(leaves(release.ref.values))
     with ThreadPoolExecutor(max_workers=4) as pool:

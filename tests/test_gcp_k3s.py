@@ -211,6 +211,8 @@ def test_firewall_is_exactly_the_k3s_ports_between_the_clusters_identities(gcp_k
         "vxlan": ("udp", ("8472",), (servers, agents), (servers, agents)),
         "kubelet": ("tcp", ("10250",), (servers, agents), (servers, agents)),
         "etcd": ("tcp", ("2379-2380",), (servers,), (servers,)),
+        # `monitoring`: Prometheus (on a server) reaches node-exporter on each node's own address.
+        "node-exporter": ("tcp", ("9100",), (servers, agents), (servers, agents)),
     }
     for rule in gcp_k3s.by_type(FIREWALL):
         assert rule.inputs["direction"] == "INGRESS"

@@ -18,6 +18,8 @@ import jsonschema
 import pytest
 import yaml
 
+from gpu_k8s.components.cluster import PlatformTraits
+from gpu_k8s.components.compat import DriverFacts
 from gpu_k8s.components.monitoring import (
     MONITORING_NAMESPACE,
     gpu_alert_rules,
@@ -25,6 +27,7 @@ from gpu_k8s.components.monitoring import (
     stack_values,
 )
 from gpu_k8s.components.monitoring_spec import GpuAlertsSpec, MonitoringSpec, prometheus_duration_seconds
+from gpu_k8s.components.spec import TaintSpec
 from gpu_k8s.tools.charts import CHARTS_ROOT
 from gpu_k8s.tools.engine import Recording, run_program
 from tests.conftest import HELM_RELEASE, assert_refused_before_any_resource, set_path
@@ -32,6 +35,11 @@ from tests.test_charts import crd_schemas, validate_custom_resource
 from tests.test_server_admission import planned_policy
 
 CHART_DIR = CHARTS_ROOT / "kube-prometheus-stack-88.5.3"
+
+
+def traits(**changes: Any) -> PlatformTraits:
+    driver = DriverFacts(owner="gpu-operator", version=None)
+    return PlatformTraits(driver=driver, toolkit_preinstalled=False, accelerator_label=None, **changes)
 
 
 def releases(recording: Recording) -> dict[str, Any]:
@@ -74,6 +82,8 @@ def test_gke_with_monitoring_gets_the_same_stack(gcp_gke_config):
         "requests": {"storage": "20Gi"}
     }
     assert stack.urn in releases(recording)["gpu-operator"].dependencies
+    # GKE runs kube-dns, which serves no CoreDNS metrics port: no target that is always down.
+    assert stack.inputs["values"]["coreDns"] == {"enabled": False}
 
 
 def test_k3s_lets_the_monitoring_namespace_run_on_the_servers_and_tolerate_them(gcp_k3s):
@@ -87,8 +97,11 @@ def test_k3s_lets_the_monitoring_namespace_run_on_the_servers_and_tolerate_them(
 
 
 def test_values_keep_node_exporter_off_the_hosts_root_and_the_volume_with_the_server():
-    values = stack_values(MonitoringSpec(storage_gib=50, retention="30d"), [])
+    values = stack_values(MonitoringSpec(storage_gib=50, retention="30d"), traits())
     assert values["prometheus-node-exporter"] == {"hostRootFsMount": {"enabled": False}}
+    # kube-state-metrics lists and watches no Secret.
+    assert values["kube-state-metrics"] == {"collectorsExclude": ["secrets"]}
+    assert "coreDns" not in values
     spec = values["prometheus"]["prometheusSpec"]
     assert spec["retentionSize"] == "40GiB" and spec["retention"] == "30d"
     assert spec["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Delete", "whenScaled": "Retain"}
@@ -110,7 +123,8 @@ def test_every_value_set_is_a_key_of_the_pinned_chart():
             if isinstance(value, dict) and isinstance(known[key], dict) and known[key]:
                 walk(value, known[key], f"{path}{key}.")
 
-    values = stack_values(MonitoringSpec(), [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}])
+    taint = TaintSpec(key="k", value="v", effect="NoExecute")
+    values = stack_values(MonitoringSpec(), traits(system_taint=taint, cluster_dns="kube-dns"))
     for name, sub in subchart_values.items():
         walk(values.pop(name), sub, f"{name}.")
     walk(values, chart_values, "")
@@ -130,6 +144,9 @@ def test_the_rule_object_is_valid_against_the_pinned_crd():
     ("path", "value", "words"),
     [
         ("monitoring.retention", "15 days", ["not a Prometheus duration"]),
+        # Units out of order or twice: the Prometheus Operator's CRDs refuse them.
+        ("monitoring.retention", "30m1d", ["not a Prometheus duration"]),
+        ("monitoring.alerts.gpuIdleFor", "1h1h", ["not a Prometheus duration"]),
         ("monitoring.retention", "1h", ["shorter than 120 minutes"]),
         ("monitoring.alerts.gpuIdleFor", "90ms", ["not a Prometheus duration"]),
         ("monitoring.alerts.gpuIdleFor", "1m", ["shorter than 5 minutes"]),
@@ -148,6 +165,7 @@ def test_prometheus_durations_are_read_as_prometheus_reads_them():
     assert prometheus_duration_seconds("2w") == 14 * 86400
     assert prometheus_duration_seconds("") is None
     assert prometheus_duration_seconds("1.5h") is None
+    assert prometheus_duration_seconds("1d2h") == 93600 and prometheus_duration_seconds("2h1d") is None
 
 
 # --- the alerts, run by promtool -------------------------------------------------------------------------
@@ -181,51 +199,59 @@ def fired(name: str, at: str, *alerts: dict[str, Any]) -> dict[str, Any]:
 def test_each_alert_fires_after_its_threshold_and_not_before(tmp_path: Path):
     alerts = GpuAlertsSpec(gpu_idle_for="1h", gpu_pod_pending_for="30m", gpu_memory_full_for="15m")
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": gpu_alert_rules(alerts)}))
-    dcgm = 'DCGM_FI_DEV_{field}{{node="gpu-1",gpu="{gpu}",job="nvidia-dcgm-exporter"}}'
+
+    def dcgm(field: str, node: str, gpu: str) -> str:
+        return f'DCGM_FI_{field}{{node="{node}",gpu="{gpu}",job="nvidia-dcgm-exporter"}}'
+
+    def requests(pod: str, node: str, resource: str) -> str:
+        return (
+            f'kube_pod_container_resource_requests{{namespace="research",pod="{pod}",container="main",'
+            f'node="{node}",resource="{resource}",unit="integer"}}'
+        )
+
+    def phase(pod: str, value: str) -> str:
+        return f'kube_pod_status_phase{{namespace="research",pod="{pod}",phase="{value}"}}'
+
     series = [
-        # gpu-1: both GPUs idle for two hours; gpu-2: one GPU busy, so the node is not idle.
-        {"series": dcgm.format(field="GPU_UTIL", gpu="0"), "values": "0x120"},
-        {"series": dcgm.format(field="GPU_UTIL", gpu="1"), "values": "0x120"},
-        {"series": 'DCGM_FI_DEV_GPU_UTIL{node="gpu-2",gpu="0"}', "values": "0x120"},
-        {"series": 'DCGM_FI_DEV_GPU_UTIL{node="gpu-2",gpu="1"}', "values": "80x120"},
+        # gpu-1: both GPUs idle for two hours, one held by the running pod `notebook`: idle and paid for.
+        {"series": dcgm("PROF_GR_ENGINE_ACTIVE", "gpu-1", "0"), "values": "0x120"},
+        {"series": dcgm("PROF_GR_ENGINE_ACTIVE", "gpu-1", "1"), "values": "0.001x120"},
+        {"series": requests("notebook", "gpu-1", "nvidia_com_gpu"), "values": "1x120"},
+        {"series": phase("notebook", "Running"), "values": "1x120"},
+        # gpu-2: one GPU busy, held by `train-0`: not idle.
+        {"series": dcgm("PROF_GR_ENGINE_ACTIVE", "gpu-2", "0"), "values": "0x120"},
+        {"series": dcgm("PROF_GR_ENGINE_ACTIVE", "gpu-2", "1"), "values": "0.8x120"},
+        {"series": requests("train-0", "gpu-2", "nvidia_com_gpu"), "values": "2x120"},
+        {"series": phase("train-0", "Running"), "values": "1x120"},
+        # gpu-3: idle with no pod on it: the autoscaler's to remove (or kept by minNodes), not this alert's.
+        {"series": dcgm("PROF_GR_ENGINE_ACTIVE", "gpu-3", "0"), "values": "0x120"},
         # gpu-1 GPU 0: 96% of its memory used; GPU 1: 50%.
-        {"series": dcgm.format(field="FB_USED", gpu="0"), "values": "96x120"},
-        {"series": dcgm.format(field="FB_FREE", gpu="0"), "values": "4x120"},
-        {"series": dcgm.format(field="FB_USED", gpu="1"), "values": "50x120"},
-        {"series": dcgm.format(field="FB_FREE", gpu="1"), "values": "50x120"},
-        # An Xid 79 (fallen off the bus) on gpu-1 GPU 1 at minute 10.
-        {"series": dcgm.format(field="XID_ERRORS", gpu="1"), "values": "0x9 79x110"},
-        {"series": dcgm.format(field="ROW_REMAP_FAILURE", gpu="1"), "values": "0x120"},
-        # research/train asks for 8 GPUs and stays Pending; research/web asks for none.
-        {
-            "series": 'kube_pod_container_resource_requests{namespace="research",pod="train",'
-            'container="main",resource="nvidia_com_gpu",unit="integer"}',
-            "values": "8x120",
-        },
-        {
-            "series": 'kube_pod_status_phase{namespace="research",pod="train",phase="Pending"}',
-            "values": "1x120",
-        },
-        {
-            "series": 'kube_pod_container_resource_requests{namespace="research",pod="web",'
-            'container="main",resource="cpu",unit="core"}',
-            "values": "1x120",
-        },
-        {
-            "series": 'kube_pod_status_phase{namespace="research",pod="web",phase="Pending"}',
-            "values": "1x120",
-        },
+        {"series": dcgm("DEV_FB_USED", "gpu-1", "0"), "values": "96x120"},
+        {"series": dcgm("DEV_FB_FREE", "gpu-1", "0"), "values": "4x120"},
+        {"series": dcgm("DEV_FB_USED", "gpu-1", "1"), "values": "50x120"},
+        {"series": dcgm("DEV_FB_FREE", "gpu-1", "1"), "values": "50x120"},
+        # Xid 79 (fallen off the bus) on gpu-1 GPU 1 from minute 10; Xid 13 (a program's own fault) on gpu-2.
+        {"series": dcgm("DEV_XID_ERRORS", "gpu-1", "1"), "values": "0x9 79x110"},
+        {"series": dcgm("DEV_XID_ERRORS", "gpu-2", "0"), "values": "13x120"},
+        {"series": dcgm("DEV_ROW_REMAP_FAILURE", "gpu-1", "1"), "values": "0x120"},
+        # `big` asks for 8 GPUs and no node can take it; `slot` for a shared slot and waits 20 minutes
+        # only; `web` asks for CPU; `queued` is held by Kueue (a scheduling gate, never unschedulable).
+        {"series": requests("big", "", "nvidia_com_gpu"), "values": "8x120"},
+        {"series": 'kube_pod_status_unschedulable{namespace="research",pod="big"}', "values": "1x120"},
+        {"series": requests("slot", "", "nvidia_com_gpu_shared"), "values": "1x120"},
+        {"series": 'kube_pod_status_unschedulable{namespace="research",pod="slot"}', "values": "1x20 _x100"},
+        {"series": requests("web", "", "cpu"), "values": "1x120"},
+        {"series": 'kube_pod_status_unschedulable{namespace="research",pod="web"}', "values": "1x120"},
+        {"series": requests("queued", "", "nvidia_com_gpu"), "values": "4x120"},
+        {"series": phase("queued", "Pending"), "values": "1x120"},
     ]
-    xid_advice = (
-        "An Xid is a driver-reported GPU fault; look it up in NVIDIA's Xid catalog. Several (48, 63, 64, 74, "
-        "79, 92, 94, 95) call for draining the node."
-    )
     idle = {
         "exp_labels": {"alertname": "GpuNodeIdle", "severity": "warning", "node": "gpu-1"},
         "exp_annotations": {
             "summary": "Every GPU of node gpu-1 has been idle for 1h",
-            "description": "The node bills while a pod holds its GPUs without using them, so the autoscaler "
-            "keeps it. Find the pods: kubectl get pods -A --field-selector spec.nodeName=gpu-1",
+            "description": "A running pod holds GPUs of this node without using them, so the autoscaler "
+            "keeps the node and it bills. Find the pods: kubectl get pods -A --field-selector "
+            "spec.nodeName=gpu-1",
         },
     }
     memory = {
@@ -239,17 +265,21 @@ def test_each_alert_fires_after_its_threshold_and_not_before(tmp_path: Path):
     }
     xid = {
         "exp_labels": {"alertname": "GpuXidError", "severity": "critical", "node": "gpu-1", "gpu": "1"},
-        "exp_annotations": {"summary": "GPU 1 on gpu-1 reported Xid 79", "description": xid_advice},
+        "exp_annotations": {
+            "summary": "GPU 1 on gpu-1 reported Xid 79",
+            "description": "The driver reported a fault after which the GPU needs a reset: drain the node "
+            "(the alert stays until the DCGM exporter restarts, as its value is the last Xid).",
+        },
     }
     pending = {
         "exp_labels": {
             "alertname": "GpuPodPending",
             "severity": "warning",
             "namespace": "research",
-            "pod": "train",
+            "pod": "big",
         },
         "exp_annotations": {
-            "summary": "research/train has waited 30m for 8 GPU(s)",
+            "summary": "research/big has waited 30m for a node with 8 GPU slot(s)",
             "description": "kubectl describe pod says why: no node of that shape, a pool at maxNodes, no "
             "cloud capacity (the autoscaler's events), or a quota.",
         },
@@ -268,6 +298,7 @@ def test_each_alert_fires_after_its_threshold_and_not_before(tmp_path: Path):
                     fired("GpuMemoryNearlyFull", "16m", memory),
                     fired("GpuXidError", "9m"),
                     fired("GpuXidError", "10m", xid),
+                    fired("GpuXidError", "100m", xid),
                     fired("GpuRowRemapFailed", "100m"),
                     fired("GpuPodPending", "29m"),
                     fired("GpuPodPending", "31m", pending),

@@ -10,6 +10,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpu_k8s.components.k3s.cloudinit import API_PORT
+from gpu_k8s.components.monitoring import NODE_EXPORTER_PORT
 from gpu_k8s.providers.aws.cloud_controller import cluster_owned_tag
 from gpu_k8s.providers.aws.network import Network
 from gpu_k8s.providers.aws.settings import Ec2K3sClusterSpec
@@ -122,6 +123,16 @@ def security_groups(
     registration = groups.get("registration")
     _ingress(f"{name}-vxlan", nodes, FLANNEL_VXLAN_PORT, "udp", parent, nodes, description="flannel VXLAN")
     _ingress(f"{name}-kubelet", nodes, KUBELET_PORT, "tcp", parent, nodes, description="kubelet")
+    if spec.monitoring is not None:
+        _ingress(
+            f"{name}-node-exporter",
+            nodes,
+            NODE_EXPORTER_PORT,
+            "tcp",
+            parent,
+            nodes,
+            description="node-exporter",
+        )
     _ingress(f"{name}-api-nodes", servers, API_PORT, "tcp", parent, nodes, description="API from nodes")
     _ingress(f"{name}-api-lb", servers, API_PORT, "tcp", parent, api, description="API via load balancer")
     for index, cidr in enumerate(spec.api_access_cidrs):

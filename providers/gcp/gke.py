@@ -150,6 +150,7 @@ def gke_traits(spec: GkeClusterSpec) -> PlatformTraits:
         # exporter, GPU feature discovery and validation (NVIDIA AICR's gke-default profile).
         gpu_sharing_owner="platform",
         gpu_taint_value=GKE_GPU_TAINT_VALUE,
+        cluster_dns="kube-dns",
     )
 
 

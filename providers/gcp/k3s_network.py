@@ -11,6 +11,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from gpu_k8s.components.k3s.cloudinit import API_PORT
+from gpu_k8s.components.monitoring import NODE_EXPORTER_PORT
 from gpu_k8s.providers.gcp.iam import NodeServiceAccount
 from gpu_k8s.providers.gcp.network import Network
 from gpu_k8s.providers.gcp.settings import GceK3sClusterSpec
@@ -78,6 +79,8 @@ def firewall(
         IngressRule("vxlan", "udp", str(FLANNEL_VXLAN_PORT), nodes, accounts=nodes),
         IngressRule("kubelet", "tcp", str(KUBELET_PORT), nodes, accounts=nodes),
     ]
+    if spec.monitoring is not None:
+        rules.append(IngressRule("node-exporter", "tcp", str(NODE_EXPORTER_PORT), nodes, accounts=nodes))
     if spec.system_pool.nodes > 1:
         rules.append(IngressRule("etcd", "tcp", ETCD_PORTS, [servers], accounts=[servers]))
     for rule in rules:
