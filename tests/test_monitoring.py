@@ -35,6 +35,7 @@ from tests.test_charts import crd_schemas, validate_custom_resource
 from tests.test_server_admission import planned_policy
 
 CHART_DIR = CHARTS_ROOT / "kube-prometheus-stack-88.5.3"
+SG_RULE = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
 
 
 def traits(**changes: Any) -> PlatformTraits:
@@ -308,3 +309,17 @@ def test_each_alert_fires_after_its_threshold_and_not_before(tmp_path: Path):
     }
     result = promtool(tmp_path, "test rules", tests)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_aws_k3s_with_monitoring_opens_node_exporter_between_the_nodes_only(aws_k3s, aws_k3s_config):
+    """node-exporter listens on each node's own address; Prometheus on a server reaches it across nodes."""
+    assert not [r for r in aws_k3s.by_type(SG_RULE) if r.inputs["fromPort"] == 9100]
+    config = copy.deepcopy(aws_k3s_config)
+    config["gpu-k8s:cluster"]["monitoring"] = {}
+    recording = run_program("aws-k3s", config)
+    (rule,) = [r for r in recording.by_type(SG_RULE) if r.inputs["fromPort"] == 9100]
+    nodes = recording.by_name("ml-nodes-sg")
+    assert rule.inputs["toPort"] == 9100 and rule.inputs["ipProtocol"] == "tcp"
+    assert rule.inputs["securityGroupId"] == nodes.id
+    assert rule.inputs["referencedSecurityGroupId"] == nodes.id
+    assert "cidrIpv4" not in rule.inputs
