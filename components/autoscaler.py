@@ -108,6 +108,7 @@ def autoscaler_values(
     tolerations: Sequence[Mapping[str, str]] = (),
     provisioning_requests: bool = False,
     node_selector: Mapping[str, str] | None = None,
+    scraped: bool = False,
 ) -> dict[str, Any]:
     """Helm values for the cluster-autoscaler chart: shared settings, then the provider's. It runs on the
     system pool (`node_selector`, default its label; empty: anywhere, on a cluster made elsewhere)."""
@@ -125,6 +126,9 @@ def autoscaler_values(
         **({"nodeSelector": dict(selector)} if selector else {}),
         **({"tolerations": [dict(t) for t in tolerations]} if tolerations else {}),
         "extraArgs": extra_args,
+        # With `monitoring`, a ServiceMonitor (the chart's, in the monitoring namespace) for its scale-up and
+        # scale-down metrics.
+        **({"serviceMonitor": {"enabled": True}} if scraped else {}),
         **cloud,
     }
 
@@ -143,6 +147,8 @@ class ClusterAutoscalerArgs:
     identity: Sequence[pulumi.Resource] = field(default_factory=tuple)
     # The ProvisioningRequest CRD, when the autoscaler is to serve ProvisioningRequests (batch queues).
     provisioning_request_crd: pulumi.Resource | None = None
+    # The monitoring release whose Prometheus scrapes the autoscaler (it installs the ServiceMonitor CRD).
+    metrics: pulumi.Resource | None = None
 
 
 class ClusterAutoscaler(pulumi.ComponentResource):
@@ -166,6 +172,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 cluster.traits.system_tolerations,
                 provisioning_requests=args.provisioning_request_crd is not None,
                 node_selector=args.node_selector,
+                scraped=args.metrics is not None,
             ),
             parent=self,
             provider=cluster.k8s_provider,
@@ -173,6 +180,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 *cluster.system_ready,
                 *args.identity,
                 *([args.provisioning_request_crd] if args.provisioning_request_crd else []),
+                *([args.metrics] if args.metrics is not None else []),
             ],
         )
         self.release_status = release.status
@@ -188,9 +196,10 @@ def install_gpu_addons(
     """The GPU Operator and the cluster-autoscaler, on a platform whose autoscaler this toolkit runs; with
     `batch`, Kueue's queues admit a job once this autoscaler has provisioned all its pods. Returns the
     cluster with its operator."""
+    metrics = install_monitoring(spec, cluster, autoscaled=True)
     operator = GpuOperator(
         f"{spec.name}-gpu-operator",
-        GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator, metrics=install_monitoring(spec, cluster)),
+        GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator, metrics=metrics),
     )
     crd = None
     if spec.batch is not None:
@@ -199,7 +208,7 @@ def install_gpu_addons(
             provisioning_request_crd(),
             pulumi.ResourceOptions(provider=cluster.k8s_provider, depends_on=list(cluster.system_ready)),
         )
-        BatchQueues(f"{spec.name}-batch", cluster, spec.batch, provisioning_request_crd=crd)
+        BatchQueues(f"{spec.name}-batch", cluster, spec.batch, provisioning_request_crd=crd, metrics=metrics)
     ClusterAutoscaler(
         f"{spec.name}-autoscaler",
         ClusterAutoscalerArgs(
@@ -208,6 +217,7 @@ def install_gpu_addons(
             cloud_values=autoscaler_cloud_values,
             identity=autoscaler_identity,
             provisioning_request_crd=crd,
+            metrics=metrics,
         ),
     )
     return dataclasses.replace(cluster, gpu_operator=operator)

@@ -252,9 +252,12 @@ def jobset_values(tolerations: Sequence[dict[str, str]]) -> dict[str, Any]:
 
 
 def kueue_values(
-    batch: BatchSpec, tolerations: Sequence[dict[str, str]], provisioning_check: bool
+    batch: BatchSpec, tolerations: Sequence[dict[str, str]], provisioning_check: bool, scraped: bool = False
 ) -> dict[str, Any]:
+    """`scraped`: the chart's ServiceMonitor for Kueue's metrics (queues, admissions), which a Prometheus
+    Operator (`monitoring`) reads with its service account token (the metrics endpoint checks it)."""
     return {
+        **({"enablePrometheus": True} if scraped else {}),
         "controllerManager": {
             "manager": {"image": dict(KUEUE_IMAGE)},
             "tolerations": list(tolerations),
@@ -277,6 +280,7 @@ class BatchQueues(pulumi.ComponentResource):
         cluster: GpuCluster,
         batch: BatchSpec,
         provisioning_request_crd: pulumi.Resource | None = None,
+        metrics: pulumi.Resource | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-k8s:index:BatchQueues", name, None, opts)
@@ -301,10 +305,15 @@ class BatchQueues(pulumi.ComponentResource):
                 batch,
                 cluster.traits.system_tolerations,
                 provisioning_check=provisioning_request_crd is not None,
+                scraped=metrics is not None,
             ),
             parent=self,
             provider=cluster.k8s_provider,
-            depends_on=[kueue_namespace, *([provisioning_request_crd] if provisioning_request_crd else [])],
+            depends_on=[
+                kueue_namespace,
+                *([provisioning_request_crd] if provisioning_request_crd else []),
+                *([metrics] if metrics is not None else []),
+            ],
         )
         jobset_namespace = k8s.core.v1.Namespace(
             f"{name}-jobset-namespace",

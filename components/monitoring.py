@@ -63,6 +63,57 @@ DRAIN_XID_GPUS = (
 )
 
 
+def stalled_queues(window: str) -> str:
+    """ClusterQueues with workloads pending that admitted none in the last `window` (Kueue 0.19.2's
+    kueue_pending_workloads and kueue_admitted_workloads_total, pkg/metrics/metrics.go)."""
+    return (
+        "sum by (cluster_queue) (kueue_pending_workloads) > 0 unless on (cluster_queue) "
+        f"sum by (cluster_queue) (increase(kueue_admitted_workloads_total[{window}])) > 0"
+    )
+
+
+# Scale-ups the cluster-autoscaler gave up on in the last 15 minutes, by reason (its
+# cluster_autoscaler_failed_scale_ups_total counter, metrics/metrics.go at cluster-autoscaler-1.35.2).
+FAILED_SCALE_UPS = "sum by (reason) (increase(cluster_autoscaler_failed_scale_ups_total[15m])) > 0"
+
+
+def capacity_alert_rules(alerts: GpuAlertsSpec, queued: bool, autoscaled: bool) -> list[dict[str, Any]]:
+    """Alerts on the queues (with `batch`) and on the autoscaler this toolkit runs (not GKE's)."""
+    rules: list[dict[str, Any]] = []
+    if queued:
+        rules.append(
+            {
+                "alert": "KueueQueueStalled",
+                "expr": stalled_queues(alerts.queue_stalled_for),
+                "for": alerts.queue_stalled_for,
+                "labels": {"severity": "warning"},
+                "annotations": {
+                    "summary": "ClusterQueue {{ $labels.cluster_queue }} has {{ $value }} workload(s) "
+                    "waiting and admitted none for " + alerts.queue_stalled_for,
+                    "description": "kubectl describe clusterqueue {{ $labels.cluster_queue }}: its quota "
+                    "held by running jobs, a workload larger than the quota, or a provisioning request "
+                    "the cloud cannot fill (kubectl get provisioningrequests -A).",
+                },
+            }
+        )
+    if autoscaled:
+        rules.append(
+            {
+                "alert": "GpuScaleUpFailed",
+                "expr": FAILED_SCALE_UPS,
+                "labels": {"severity": "warning"},
+                "annotations": {
+                    "summary": "The cluster-autoscaler failed {{ $value }} scale-up(s) in 15 minutes: "
+                    "{{ $labels.reason }}",
+                    "description": "Usually no capacity or quota for the instance type in the pool's zones; "
+                    "kubectl -n kube-system get configmap cluster-autoscaler-status -o yaml says which "
+                    "group and why.",
+                },
+            }
+        )
+    return [{"name": "gpu-k8s.capacity", "rules": rules}] if rules else []
+
+
 def gpu_alert_rules(alerts: GpuAlertsSpec) -> list[dict[str, Any]]:
     """The PrometheusRule groups. Series: the DCGM exporter's (its fields from the GPU Operator's collector
     list, dcp-metrics-included.csv) with the `node` label the ServiceMonitor adds; kube-state-metrics'
@@ -134,12 +185,15 @@ def gpu_alert_rules(alerts: GpuAlertsSpec) -> list[dict[str, Any]]:
     ]
 
 
-def prometheus_rule_manifest(alerts: GpuAlertsSpec) -> dict[str, Any]:
+def prometheus_rule_manifest(
+    alerts: GpuAlertsSpec, queued: bool = False, autoscaled: bool = False
+) -> dict[str, Any]:
+    groups = [*gpu_alert_rules(alerts), *capacity_alert_rules(alerts, queued, autoscaled)]
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": {"name": RULES_NAME, "namespace": MONITORING_NAMESPACE},
-        "spec": {"groups": gpu_alert_rules(alerts)},
+        "spec": {"groups": groups},
     }
 
 
@@ -201,8 +255,9 @@ def stack_values(monitoring: MonitoringSpec, traits: PlatformTraits) -> dict[str
 
 
 class Monitoring(pulumi.ComponentResource):
-    """kube-prometheus-stack and the GPU alerts on a GpuCluster. `release` is what a ServiceMonitor or
-    PrometheusRule of another component waits for (the chart installs their CRDs)."""
+    """kube-prometheus-stack and the GPU alerts on a GpuCluster (with the queue alerts where `queued`, and the
+    autoscaler's where `autoscaled`). `release` is what a ServiceMonitor or PrometheusRule of another
+    component waits for (the chart installs their CRDs)."""
 
     release: k8s.helm.v3.Release
 
@@ -211,6 +266,8 @@ class Monitoring(pulumi.ComponentResource):
         name: str,
         cluster: GpuCluster,
         monitoring: MonitoringSpec,
+        queued: bool = False,
+        autoscaled: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-k8s:index:Monitoring", name, None, opts)
@@ -238,7 +295,7 @@ class Monitoring(pulumi.ComponentResource):
             provider=cluster.k8s_provider,
             depends_on=[namespace],
         )
-        rule = prometheus_rule_manifest(monitoring.alerts)
+        rule = prometheus_rule_manifest(monitoring.alerts, queued, autoscaled)
         k8s.apiextensions.CustomResource(
             f"{name}-gpu-alerts",
             api_version=rule["apiVersion"],
@@ -250,8 +307,10 @@ class Monitoring(pulumi.ComponentResource):
         self.register_outputs({})
 
 
-def install_monitoring(spec: ClusterSpec, cluster: GpuCluster) -> pulumi.Resource | None:
-    """The stack's `monitoring`, if it has one: the release the GPU Operator's ServiceMonitor waits for."""
+def install_monitoring(spec: ClusterSpec, cluster: GpuCluster, autoscaled: bool) -> pulumi.Resource | None:
+    """The stack's `monitoring`, if it has one: the release the ServiceMonitors of the GPU Operator, Kueue
+    and (`autoscaled`: the toolkit runs it) the cluster-autoscaler wait for."""
     if spec.monitoring is None:
         return None
-    return Monitoring(f"{spec.name}-monitoring", cluster, spec.monitoring).release
+    queued = spec.batch is not None
+    return Monitoring(f"{spec.name}-monitoring", cluster, spec.monitoring, queued, autoscaled).release

@@ -32,6 +32,8 @@ class GpuAlertsSpec(StrictModel):
     # fails with out-of-memory.
     gpu_memory_full_percent: Annotated[int, Field(ge=50, le=100)] = 95
     gpu_memory_full_for: str = "15m"
+    # With `batch`: a queue whose workloads have waited this long while it admitted none.
+    queue_stalled_for: str = "1h"
 
 
 class MonitoringSpec(StrictModel):
@@ -59,6 +61,7 @@ def monitoring_issues(monitoring: MonitoringSpec) -> Iterable[ConfigIssue]:
         ("alerts", "gpuIdleFor"): (monitoring.alerts.gpu_idle_for, 5 * 60),
         ("alerts", "gpuPodPendingFor"): (monitoring.alerts.gpu_pod_pending_for, 60),
         ("alerts", "gpuMemoryFullFor"): (monitoring.alerts.gpu_memory_full_for, 60),
+        ("alerts", "queueStalledFor"): (monitoring.alerts.queue_stalled_for, 5 * 60),
     }
     for keys, (value, minimum) in durations.items():
         seconds = prometheus_duration_seconds(value)

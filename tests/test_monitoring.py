@@ -323,3 +323,92 @@ def test_aws_k3s_with_monitoring_opens_node_exporter_between_the_nodes_only(aws_
     assert rule.inputs["securityGroupId"] == nodes.id
     assert rule.inputs["referencedSecurityGroupId"] == nodes.id
     assert "cidrIpv4" not in rule.inputs
+
+
+def test_kueue_and_the_autoscaler_are_scraped_after_the_stack_that_brings_the_crd(aws_eks):
+    by_chart = releases(aws_eks)
+    stack = by_chart["kube-prometheus-stack"]
+    kueue = by_chart["oci://registry.k8s.io/kueue/charts/kueue"]
+    autoscaler = by_chart["cluster-autoscaler"]
+    assert kueue.inputs["values"]["enablePrometheus"] is True and stack.urn in kueue.dependencies
+    assert autoscaler.inputs["values"]["serviceMonitor"] == {"enabled": True}
+    assert stack.urn in autoscaler.dependencies
+    groups = aws_eks.by_name("ml-monitoring-gpu-alerts").inputs["spec"]["groups"]
+    capacity = {rule["alert"] for g in groups if g["name"] == "gpu-k8s.capacity" for rule in g["rules"]}
+    assert capacity == {"KueueQueueStalled", "GpuScaleUpFailed"}
+
+
+def test_without_monitoring_kueue_and_the_autoscaler_create_no_servicemonitor(aws_k3s):
+    by_chart = releases(aws_k3s)
+    assert "serviceMonitor" not in by_chart["cluster-autoscaler"].inputs["values"]
+
+
+def test_gke_alerts_on_its_queues_but_not_on_an_autoscaler_it_does_not_run(gcp_gke_config):
+    config = copy.deepcopy(gcp_gke_config)
+    config["gpu-k8s:cluster"]["monitoring"] = {}
+    config["gpu-k8s:cluster"]["batch"] = {"namespaces": ["research"]}
+    recording = run_program("gcp-gke", config)
+    kueue = releases(recording)["oci://registry.k8s.io/kueue/charts/kueue"]
+    assert kueue.inputs["values"]["enablePrometheus"] is True
+    groups = recording.by_name("ml-monitoring-gpu-alerts").inputs["spec"]["groups"]
+    capacity = {rule["alert"] for g in groups if g["name"] == "gpu-k8s.capacity" for rule in g["rules"]}
+    assert capacity == {"KueueQueueStalled"}
+
+
+def test_the_queue_and_autoscaler_alerts_fire_as_promtool_evaluates_them(tmp_path: Path):
+    manifest = prometheus_rule_manifest(GpuAlertsSpec(queue_stalled_for="30m"), queued=True, autoscaled=True)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": manifest["spec"]["groups"]}))
+    pending = 'kueue_pending_workloads{{cluster_queue="{queue}",status="{status}",replica_role="standalone"}}'
+    admitted = 'kueue_admitted_workloads_total{{cluster_queue="{queue}",replica_role="standalone"}}'
+    series = [
+        # h100: two workloads wait from the start and nothing is admitted.
+        {"series": pending.format(queue="h100", status="inadmissible"), "values": "2x120"},
+        # l4: workloads wait, but the queue admits one every 10 minutes: moving, not stalled.
+        {"series": pending.format(queue="l4", status="active"), "values": "3x120"},
+        {"series": admitted.format(queue="l4"), "values": "0+0.1x120"},
+        # Two failed scale-ups (no capacity) at minutes 40 and 41.
+        {
+            "series": 'cluster_autoscaler_failed_scale_ups_total{reason="cloudProviderError"}',
+            "values": "0x39 1 2x80",
+        },
+    ]
+    stalled = {
+        "exp_labels": {"alertname": "KueueQueueStalled", "severity": "warning", "cluster_queue": "h100"},
+        "exp_annotations": {
+            "summary": "ClusterQueue h100 has 2 workload(s) waiting and admitted none for 30m",
+            "description": "kubectl describe clusterqueue h100: its quota held by running jobs, a workload "
+            "larger than the quota, or a provisioning request the cloud cannot fill (kubectl get "
+            "provisioningrequests -A).",
+        },
+    }
+    failed = {
+        "exp_labels": {
+            "alertname": "GpuScaleUpFailed",
+            "severity": "warning",
+            "reason": "cloudProviderError",
+        },
+        "exp_annotations": {
+            "summary": "The cluster-autoscaler failed 2 scale-up(s) in 15 minutes: cloudProviderError",
+            "description": "Usually no capacity or quota for the instance type in the pool's zones; kubectl "
+            "-n kube-system get configmap cluster-autoscaler-status -o yaml says which group and why.",
+        },
+    }
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    fired("KueueQueueStalled", "29m"),
+                    fired("KueueQueueStalled", "31m", stalled),
+                    fired("GpuScaleUpFailed", "30m"),
+                    fired("GpuScaleUpFailed", "45m", failed),
+                    fired("GpuScaleUpFailed", "70m"),
+                ],
+            }
+        ],
+    }
+    result = promtool(tmp_path, "test rules", tests)
+    assert result.returncode == 0, result.stdout + result.stderr

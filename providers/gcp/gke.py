@@ -821,12 +821,12 @@ def build(spec: GkeClusterSpec) -> GpuCluster:
         GkeClusterArgs(spec, project, region, traits, pools),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
+    # GKE's own autoscaler runs in the control plane, out of Prometheus' reach.
+    metrics = install_monitoring(spec, gke.handle, autoscaled=False)
     operator = GpuOperator(
         f"{spec.name}-gpu-operator",
-        GpuOperatorArgs(
-            gke.handle, spec.addon_versions.gpu_operator, metrics=install_monitoring(spec, gke.handle)
-        ),
+        GpuOperatorArgs(gke.handle, spec.addon_versions.gpu_operator, metrics=metrics),
     )
     if spec.batch is not None:
-        BatchQueues(f"{spec.name}-batch", gke.handle, spec.batch)
+        BatchQueues(f"{spec.name}-batch", gke.handle, spec.batch, metrics=metrics)
     return dataclasses.replace(gke.handle, gpu_operator=operator)
