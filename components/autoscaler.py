@@ -20,6 +20,7 @@ from gpu_k8s.components.batch import BatchQueues
 from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool
 from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
 from gpu_k8s.components.helm import helm_release
+from gpu_k8s.components.inference import install_inference
 from gpu_k8s.components.manifests import kubernetes_object
 from gpu_k8s.components.monitoring import install_monitoring
 from gpu_k8s.components.spec import ClusterSpec, TaintSpec, duration_seconds
@@ -197,6 +198,7 @@ def install_gpu_addons(
     `batch`, Kueue's queues admit a job once this autoscaler has provisioned all its pods. Returns the
     cluster with its operator."""
     metrics = install_monitoring(spec, cluster, autoscaled=True)
+    install_inference(spec, cluster)
     operator = GpuOperator(
         f"{spec.name}-gpu-operator",
         GpuOperatorArgs(cluster, spec.addon_versions.gpu_operator, metrics=metrics),

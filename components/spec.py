@@ -209,6 +209,11 @@ class BatchSpec(StrictModel):
     queued_gpus_only: bool = True
 
 
+class InferenceSpec(StrictModel):
+    """`inference`: KEDA, which scales Deployments on load (Prometheus queries, queues, schedules) and to
+    zero replicas (components/inference.py). No keys of its own yet: `inference: {}` turns it on."""
+
+
 class StorageSpec(StrictModel):
     """`storage`: what pods can mount besides the default block volumes."""
 
@@ -301,6 +306,7 @@ class ClusterSpec(StrictModel):
     addon_versions: AddonVersions = AddonVersions()
     batch: BatchSpec | None = None
     monitoring: MonitoringSpec | None = None
+    inference: InferenceSpec | None = None
     storage: StorageSpec = StorageSpec()
     # The newest CUDA release the workloads are built for ("12.8"); checked against each pool's driver.
     cuda: CudaRelease = None
@@ -958,9 +964,10 @@ def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
                 )
             ]
         )
-    if "monitoring" in raw and raw["monitoring"] is None:
-        # `monitoring:` with nothing under it asks for monitoring with its defaults, like `monitoring: {}`.
-        raw = {**raw, "monitoring": {}}
+    for section in ("monitoring", "inference"):
+        if section in raw and raw[section] is None:
+            # `monitoring:` with nothing under it asks for it with its defaults, like `monitoring: {}`.
+            raw = {**raw, section: {}}
     platform = _platform_for_raw(raw)
     defaulted = platform.spec.with_defaults(raw) if platform else raw
     given: Any = parse_structure(defaulted, _structure_model(_registered()))

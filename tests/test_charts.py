@@ -46,12 +46,20 @@ EXPECTED_CHARTS = {
         "jobset",
         "aws-efa-k8s-device-plugin",
         "kube-prometheus-stack",
+        "keda",
     },
-    "mixed_sharing": {"gpu-operator", "cluster-autoscaler", "kueue", "jobset", "kube-prometheus-stack"},
+    "mixed_sharing": {
+        "gpu-operator",
+        "cluster-autoscaler",
+        "kueue",
+        "jobset",
+        "kube-prometheus-stack",
+        "keda",
+    },
     "gcp_gke": {"gpu-operator"},
     "aws_k3s": AWS_K3S_CHARTS,
     "aws_k3s_efa": {*AWS_K3S_CHARTS, "aws-efa-k8s-device-plugin"},
-    "gcp_k3s": {"gpu-operator", "cluster-autoscaler", "csi-driver-nfs", "kube-prometheus-stack"},
+    "gcp_k3s": {"gpu-operator", "cluster-autoscaler", "csi-driver-nfs", "kube-prometheus-stack", "keda"},
 }
 
 

@@ -9,10 +9,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.components.configbase import ConfigError
+from gpu_k8s.components.queued_gpus import OPT_OUT_LABEL
+from gpu_k8s.components.spec import SUPPORTED_KUBERNETES_MINORS
 from gpu_k8s.tools.engine import Secret, load_project, run_program, stack_config
 from tests.conftest import some
 from tests.paths import REPO_ROOT
+from tests.test_charts import crd_schemas, validate_custom_resource
 
 TEAM_QUOTA = REPO_ROOT / "examples" / "team-quota"
 
@@ -403,3 +407,82 @@ def test_the_built_cluster_hands_out_its_gpu_operator_for_depends_on(stack):
     (cluster,) = handles
     assert cluster.gpu_operator is not None
     assert cluster.gpu_operator._name == operator.name
+
+
+# --- examples/inference -------------------------------------------------------------------------------------
+
+INFERENCE = REPO_ROOT / "examples" / "inference" / "inference.yaml"
+
+
+def inference_objects() -> dict[str, dict[str, Any]]:
+    return {obj["kind"]: obj for obj in yaml.safe_load_all(INFERENCE.read_text())}
+
+
+@pytest.mark.parametrize("minor", SUPPORTED_KUBERNETES_MINORS)
+def test_the_inference_example_is_valid_for_kubernetes_and_the_crds_the_stack_installs(rendered, minor):
+    """Core objects against Kubernetes' schema; the ScaledObject against KEDA's CRD and the PodMonitor against
+    the Prometheus Operator's, as the aws-eks plan's releases render them (strict: no unknown field)."""
+    objects = inference_objects()
+    crds = [
+        o
+        for chart in ("keda", "kube-prometheus-stack")
+        for o in rendered["aws_eks", chart].objects
+        if o["kind"] == "CustomResourceDefinition"
+    ]
+    schemas = crd_schemas(crds)
+    for kind in ("ScaledObject", "PodMonitor"):
+        validate_custom_resource(objects.pop(kind), schemas)
+    assert set(objects) == {"Namespace", "Deployment", "Service", "PodDisruptionBudget"}
+    for obj in objects.values():
+        kubernetes_validate.validate(obj, f"{minor}.0", strict=True)
+
+
+def test_the_model_server_runs_on_the_time_sliced_pool_and_fits_its_slots(aws_eks):
+    """The pod asks for what the plan's `a10g-shared` pool offers (its gpuPools output): its label, its
+    taints, its resource; four servers fit one node (a slot each) and their GPU memory fits each slot's."""
+    pool = next(p for p in aws_eks.outputs["gpuPools"] if p["name"] == "a10g-shared")
+    pod = inference_objects()["Deployment"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == pool["usage"]["nodeSelector"]
+    assert sorted(pod["tolerations"], key=str) == sorted(pool["usage"]["tolerations"], key=str)
+    (container,) = pod["containers"]
+    requests = container["resources"]["requests"]
+    gpu_resources = {name for name in requests if name.startswith("nvidia.com/")}
+    assert gpu_resources <= set(pool["usage"]["resources"]) and requests["nvidia.com/gpu"] == 1
+    machine = load_catalog().machine_type("aws", pool["instanceType"])
+    assert machine is not None and machine.vcpu and machine.memory_gib
+    assert machine.gpu_model is not None and machine.gpu_model.memory_gib
+    slots = int(pool["slotsPerNode"])
+    assert slots * float(requests["cpu"].removesuffix("m")) / 1000 < machine.vcpu
+    assert slots * float(container["resources"]["limits"]["memory"].removesuffix("Gi")) <= machine.memory_gib
+    (share,) = [a.split("=")[1] for a in container["args"] if a.startswith("--gpu-memory-utilization=")]
+    (slot,) = pool["slots"]
+    assert float(share) * machine.gpu_model.memory_gib <= slot["memoryGiB"]
+
+
+def test_the_model_namespace_is_let_through_the_queued_gpu_policy():
+    namespace = inference_objects()["Namespace"]
+    assert namespace["metadata"]["labels"][OPT_OUT_LABEL] == "allowed"
+    assert inference_objects()["Deployment"]["metadata"]["namespace"] == namespace["metadata"]["name"]
+
+
+def test_rollouts_keep_serving_and_the_scaler_reads_the_stacks_prometheus(rendered):
+    objects = inference_objects()
+    deployment = objects["Deployment"]
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    # Traffic only once the model is loaded.
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v1/models"
+    scaled = objects["ScaledObject"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert scaled["spec"]["minReplicaCount"] == 0
+    (prometheus,) = [t for t in scaled["spec"]["triggers"] if t["type"] == "prometheus"]
+    host = prometheus["metadata"]["serverAddress"].removeprefix("http://").split("/")[0]
+    name, namespace, _, port = host.replace(":", ".").split(".")
+    (service,) = [
+        o
+        for o in rendered["aws_eks", "kube-prometheus-stack"].of_kind("Service")
+        if o["metadata"]["name"] == name
+    ]
+    assert service["metadata"]["namespace"] == namespace == "monitoring"
+    assert int(port) in {p["port"] for p in service["spec"]["ports"]}
+    assert objects["PodMonitor"]["spec"]["selector"] == deployment["spec"]["selector"]

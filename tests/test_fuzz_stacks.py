@@ -41,6 +41,7 @@ SEED_KEYS: dict[str, Any] = {
     "batch": {"namespaces": ["research"], "podsReadyTimeout": "45m"},
     "eks": {"admins": ["arn:aws:iam::123456789012:role/ops"]},
     "monitoring": {"retention": "7d", "alerts": {"gpuIdleFor": "2h"}},
+    "inference": {},
 }
 LAYER_EXAMPLE = REPO_ROOT / "examples" / "existing-eks"
 LAYER_SEED_KEYS: dict[str, Any] = {

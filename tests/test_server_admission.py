@@ -147,7 +147,10 @@ def test_the_policy_follows_the_server_taint():
     ("plan", "expected"),
     [
         ("aws_k3s", ["gpu-operator", "kube-system", "system-upgrade"]),
-        ("gcp_k3s", ["gce-pd-csi-driver", "gpu-operator", "kube-system", "monitoring", "system-upgrade"]),
+        (
+            "gcp_k3s",
+            ["gce-pd-csi-driver", "gpu-operator", "keda", "kube-system", "monitoring", "system-upgrade"],
+        ),
     ],
 )
 def test_only_the_namespaces_of_the_add_ons_the_cluster_runs_are_exempt(request, plan, expected):

@@ -25,6 +25,7 @@ import pulumi
 from gpu_k8s.components.batch import JOBSET_NAMESPACE, KUEUE_NAMESPACE
 from gpu_k8s.components.cluster import PlatformTraits
 from gpu_k8s.components.gpu_operator import OPERATOR_NAMESPACE
+from gpu_k8s.components.inference import KEDA_NAMESPACE
 from gpu_k8s.components.k3s.settings import K3sClusterSpec
 from gpu_k8s.components.k3s.upgrades import upgrade_namespace
 from gpu_k8s.components.manifests import NAMESPACE_NAME_LABEL, admission_policy, deny_binding, pod_policy
@@ -45,8 +46,17 @@ def k3s_system_namespaces(spec: K3sClusterSpec, *platform_namespaces: str) -> li
     batch = (KUEUE_NAMESPACE, JOBSET_NAMESPACE) if spec.batch is not None else ()
     # Prometheus and its operator run on the system nodes, which on k3s are the servers.
     monitoring = (MONITORING_NAMESPACE,) if spec.monitoring is not None else ()
+    inference = (KEDA_NAMESPACE,) if spec.inference is not None else ()
     return sorted(
-        {"kube-system", OPERATOR_NAMESPACE, upgrade_namespace(), *batch, *monitoring, *platform_namespaces}
+        {
+            "kube-system",
+            OPERATOR_NAMESPACE,
+            upgrade_namespace(),
+            *batch,
+            *monitoring,
+            *inference,
+            *platform_namespaces,
+        }
     )
 
 

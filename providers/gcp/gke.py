@@ -27,6 +27,7 @@ from gpu_k8s.components.cluster import (
 from gpu_k8s.components.compat import DriverFacts
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
+from gpu_k8s.components.inference import install_inference
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
 from gpu_k8s.components.monitoring import install_monitoring
 from gpu_k8s.components.sharing import SharingSpec
@@ -823,6 +824,7 @@ def build(spec: GkeClusterSpec) -> GpuCluster:
     )
     # GKE's own autoscaler runs in the control plane, out of Prometheus' reach.
     metrics = install_monitoring(spec, gke.handle, autoscaled=False)
+    install_inference(spec, gke.handle)
     operator = GpuOperator(
         f"{spec.name}-gpu-operator",
         GpuOperatorArgs(gke.handle, spec.addon_versions.gpu_operator, metrics=metrics),
