@@ -163,6 +163,12 @@ def operator_values(
         # The platform's device plugin advertises the GPUs and the platform partitions MIG GPUs; a second
         # plugin for nvidia.com/gpu, or a MIG manager applying its default layout, would fight it.
         values["devicePlugin"] = {"enabled": False}
+        # GKE's plugin hands pods device names (nvidia0, nvidia0/vgpu1, nvidia0/gi1), not GPU UUIDs: the
+        # DCGM exporter matches the kubelet's allocations by name only when told so, else its series carry
+        # no pod or namespace (review-gcp.md NG7; the env var: dcgm-exporter pkg/cmd/app.go, 4.5.3-4.8.2).
+        values["dcgmExporter"]["env"] = [
+            {"name": "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", "value": "device-name"}
+        ]
         values["migManager"] = {"enabled": False}
         return values
     values["devicePlugin"] = {

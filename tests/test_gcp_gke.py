@@ -218,6 +218,10 @@ def test_gpu_operator_leaves_gpus_and_mig_to_gke_and_adds_the_rest(gcp_gke):
     values = gcp_gke.by_name("ml-gpu-operator-release").inputs["values"]
     assert values["driver"] == {"enabled": False}
     assert values["devicePlugin"] == {"enabled": False}
+    # GKE's device plugin allocates device names: the DCGM exporter maps them to pods by name (NG7).
+    assert values["dcgmExporter"]["env"] == [
+        {"name": "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", "value": "device-name"}
+    ]
     assert values["migManager"] == {"enabled": False}
     assert "mig" not in values
     assert gcp_gke.by_type("kubernetes:core/v1:ConfigMap") == []

@@ -54,6 +54,8 @@ def test_monitoring_installs_the_pinned_stack_before_the_operator_whose_exporter
     assert stack.inputs["repositoryOpts"] == {"repo": "https://prometheus-community.github.io/helm-charts"}
     assert stack.inputs["namespace"] == "monitoring"
     assert stack.urn in operator.dependencies
+    # The exporter maps GPUs to pods by UUID, which the GPU Operator's own device plugin hands out.
+    assert "env" not in operator.inputs["values"]["dcgmExporter"]
     monitor = operator.inputs["values"]["dcgmExporter"]["serviceMonitor"]
     assert "enabled" not in monitor  # the chart's default, true
     assert monitor["relabelings"] == [
