@@ -45,6 +45,9 @@ KUEUE_REPOSITORY = "oci://registry.k8s.io/kueue/charts"
 # (shared/upstream-charts/index.json, releaseValues).
 KUEUE_IMAGE = {"repository": "registry.k8s.io/kueue/kueue", "tag": "v0.19.2"}
 KUEUE_NAMESPACE = "kueue-system"
+# Where the API server calls the Kueue and JobSet webhooks: their managers' webhook container port
+# (templates/manager/manager.yaml at kueue 0.19.2, templates/controller/deployment.yaml at jobset 0.12.0).
+WEBHOOK_PORTS = (9443,)
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 # JobSet runs a training job as a group of Jobs (leader and workers) with a headless Service for rendezvous;
 # Kueue queues a JobSet as one workload. Chosen over the Kubeflow trainer: framework-neutral, queued by Kueue

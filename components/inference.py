@@ -22,6 +22,9 @@ KEDA_CHART = "keda"
 KEDA_CHART_VERSION = "2.20.2"
 # The chart's README at v2.20.2: `helm repo add kedacore https://kedacore.github.io/charts`.
 KEDA_REPOSITORY = "https://kedacore.github.io/charts"
+# Where the API server calls KEDA: its metrics server's container port (the chart's service.portHttpsTarget)
+# and its admission webhooks' (webhooks.port, empty: 9443), values.yaml at v2.20.2.
+KEDA_API_PORTS = (6443, 9443)
 
 
 def keda_values(traits: PlatformTraits) -> dict[str, Any]:

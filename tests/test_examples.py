@@ -453,7 +453,10 @@ def test_the_model_server_runs_on_the_time_sliced_pool_and_fits_its_slots(aws_ek
     assert machine.gpu_model is not None and machine.gpu_model.memory_gib
     slots = int(pool["slotsPerNode"])
     assert slots * float(requests["cpu"].removesuffix("m")) / 1000 < machine.vcpu
-    assert slots * float(container["resources"]["limits"]["memory"].removesuffix("Gi")) <= machine.memory_gib
+    # Under what the kubelet leaves allocatable: EKS reserves about 1 GiB of a 16 GiB node for itself and
+    # the kernel takes some before that; 90% of the node is a bound both stay above.
+    limit_gib = float(container["resources"]["limits"]["memory"].removesuffix("Mi")) / 1024
+    assert slots * limit_gib <= 0.9 * machine.memory_gib
     (share,) = [a.split("=")[1] for a in container["args"] if a.startswith("--gpu-memory-utilization=")]
     (slot,) = pool["slots"]
     assert float(share) * machine.gpu_model.memory_gib <= slot["memoryGiB"]
@@ -475,6 +478,9 @@ def test_rollouts_keep_serving_and_the_scaler_reads_the_stacks_prometheus(render
     scaled = objects["ScaledObject"]
     assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
     assert scaled["spec"]["minReplicaCount"] == 0
+    # Servers start one a minute, so two never load on one shared GPU at once.
+    behavior = scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior["scaleUp"]["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": 60}]
     (prometheus,) = [t for t in scaled["spec"]["triggers"] if t["type"] == "prometheus"]
     host = prometheus["metadata"]["serverAddress"].removeprefix("http://").split("/")[0]
     name, namespace, _, port = host.replace(":", ".").split(".")

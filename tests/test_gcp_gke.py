@@ -913,3 +913,24 @@ def test_the_newest_supported_minor_warns_that_the_channel_would_leave_support(g
     assert not [w for w in frozen if w.startswith("gpu-k8s:cluster.kubernetesVersion")]
     # One minor below the newest: the channel's next minor is still supported.
     assert not [w for w in run_program("older", gcp_gke_config).warnings if "kubernetesVersion" in w]
+
+
+def test_the_private_control_plane_reaches_the_add_ons_webhooks_and_kedas_api(gcp_gke, gcp_gke_config):
+    """GKE lets a private cluster's control plane reach nodes on 443 and 10250 only; Kueue's and JobSet's
+    webhooks listen on 9443, KEDA's metrics API on 6443 and its webhooks on 9443 (their charts)."""
+    assert not [r for r in gcp_gke.by_type("gcp:compute/firewall:Firewall") if "control-plane" in r.name]
+    for extra, ports in (
+        ({"batch": {"namespaces": ["research"]}}, ["9443"]),
+        ({"inference": {}}, ["6443", "9443"]),
+    ):
+        config = copy.deepcopy(gcp_gke_config)
+        config["gpu-k8s:cluster"].update(extra)
+        recording = run_program("gcp-gke", config)
+        rule = recording.by_name("ml-control-plane-to-add-ons")
+        assert rule.inputs["allows"] == [{"protocol": "tcp", "ports": ports}]
+        # The stack's control-plane range (gke.masterIpv4CidrBlock's default).
+        assert rule.inputs["sourceRanges"] == ["172.16.0.0/28"]
+        nodes = recording.by_name("ml-nodes-account")
+        assert rule.inputs["targetServiceAccounts"] == [
+            f"{nodes.inputs['accountId']}@gpu-k8s-demo.iam.gserviceaccount.com"
+        ]

@@ -414,3 +414,27 @@ def test_the_queue_and_autoscaler_alerts_fire_as_promtool_evaluates_them(tmp_pat
     }
     result = promtool(tmp_path, "test rules", tests)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("stack", ["aws_k3s", "gcp_gke"])
+def test_turning_monitoring_and_inference_on_touches_no_node_and_deletes_nothing(request, stack):
+    """The day-2 edit a user makes on a running stack: the second plan only adds (the charts, the rule, a
+    firewall rule) and updates in place the releases that get scraped and the k3s policy's namespace list;
+    no node, group, template, server or cluster changes."""
+    base = request.getfixturevalue(stack)
+    config = copy.deepcopy(request.getfixturevalue(f"{stack}_config"))
+    config["gpu-k8s:cluster"].update({"monitoring": {}, "inference": {}})
+    after = run_program(base.stack, config)
+    before_inputs = {r.urn: r.inputs for r in base.registrations}
+    after_inputs = {r.urn: r.inputs for r in after.registrations}
+    assert set(before_inputs) <= set(after_inputs)  # nothing deleted (nor renamed, which would replace)
+    changed = {urn.split("::")[-1] for urn in before_inputs if before_inputs[urn] != after_inputs[urn]}
+    expected = {
+        "aws_k3s": {
+            "ml-gpu-operator-release",
+            "ml-autoscaler-release",
+            "ml-server-pods-policy",
+        },
+        "gcp_gke": {"ml-gpu-operator-release"},
+    }[stack]
+    assert changed == expected

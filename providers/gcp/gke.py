@@ -14,7 +14,7 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from gpu_k8s.components.batch import BatchQueues
+from gpu_k8s.components.batch import WEBHOOK_PORTS, BatchQueues
 from gpu_k8s.components.catalog import Catalog, load_catalog
 from gpu_k8s.components.cluster import (
     POOL_LABEL,
@@ -27,7 +27,7 @@ from gpu_k8s.components.cluster import (
 from gpu_k8s.components.compat import DriverFacts
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
-from gpu_k8s.components.inference import install_inference
+from gpu_k8s.components.inference import KEDA_API_PORTS, install_inference
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
 from gpu_k8s.components.monitoring import install_monitoring
 from gpu_k8s.components.sharing import SharingSpec
@@ -612,6 +612,28 @@ class GkeCluster(pulumi.ComponentResource):
             ),
         )
         system_nodes = self._system_pool(name, spec.system_pool, cluster, location, zones, nodes.email)
+        control_plane_ports = sorted(
+            {
+                *(WEBHOOK_PORTS if spec.batch is not None else ()),
+                *(KEDA_API_PORTS if spec.inference is not None else ()),
+            }
+        )
+        if control_plane_ports:
+            # A private cluster's control plane reaches the nodes on 443 and 10250 only (GKE's own
+            # firewall rule): the webhooks and KEDA's metrics API listen elsewhere, so without this the API
+            # server's calls to them time out.
+            gcp.compute.Firewall(
+                f"{name}-control-plane-to-add-ons",
+                network=network.network,
+                direction="INGRESS",
+                allows=[
+                    gcp.compute.FirewallAllowArgs(protocol="tcp", ports=[str(p) for p in control_plane_ports])
+                ],
+                source_ranges=[gke.master_ipv4_cidr_block],
+                target_service_accounts=[nodes.email],
+                description=f"GKE control plane of {spec.name} to its add-ons' webhooks and APIs",
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[apis["compute.googleapis.com"]]),
+            )
 
         pools = args.pools
         for pool in pools:
