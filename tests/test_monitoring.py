@@ -199,9 +199,22 @@ def fired(name: str, at: str, *alerts: dict[str, Any]) -> dict[str, Any]:
     return {"eval_time": at, "alertname": name, "exp_alerts": list(alerts)}
 
 
+def assert_alerts(
+    tmp_path: Path, groups: list[dict[str, Any]], series: list[dict[str, str]], expected: list[dict[str, Any]]
+) -> None:
+    """`promtool test rules`: the rule `groups` over `series` (one sample a minute) fire as `expected`."""
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": expected}],
+    }
+    result = promtool(tmp_path, "test rules", tests)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_each_alert_fires_after_its_threshold_and_not_before(tmp_path: Path):
     alerts = GpuAlertsSpec(gpu_idle_for="1h", gpu_pod_pending_for="30m", gpu_memory_full_for="15m")
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": gpu_alert_rules(alerts)}))
 
     def dcgm(field: str, node: str, gpu: str) -> str:
         return f'DCGM_FI_{field}{{node="{node}",gpu="{gpu}",job="nvidia-dcgm-exporter"}}'
@@ -287,30 +300,23 @@ def test_each_alert_fires_after_its_threshold_and_not_before(tmp_path: Path):
             "cloud capacity (the autoscaler's events), or a quota.",
         },
     }
-    tests = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [
-                    fired("GpuNodeIdle", "59m"),
-                    fired("GpuNodeIdle", "61m", idle),
-                    fired("GpuMemoryNearlyFull", "14m"),
-                    fired("GpuMemoryNearlyFull", "16m", memory),
-                    fired("GpuXidError", "9m"),
-                    fired("GpuXidError", "10m", xid),
-                    fired("GpuXidError", "100m", xid),
-                    fired("GpuRowRemapFailed", "100m"),
-                    fired("GpuPodPending", "29m"),
-                    fired("GpuPodPending", "31m", pending),
-                ],
-            }
+    assert_alerts(
+        tmp_path,
+        gpu_alert_rules(alerts),
+        series,
+        [
+            fired("GpuNodeIdle", "59m"),
+            fired("GpuNodeIdle", "61m", idle),
+            fired("GpuMemoryNearlyFull", "14m"),
+            fired("GpuMemoryNearlyFull", "16m", memory),
+            fired("GpuXidError", "9m"),
+            fired("GpuXidError", "10m", xid),
+            fired("GpuXidError", "100m", xid),
+            fired("GpuRowRemapFailed", "100m"),
+            fired("GpuPodPending", "29m"),
+            fired("GpuPodPending", "31m", pending),
         ],
-    }
-    result = promtool(tmp_path, "test rules", tests)
-    assert result.returncode == 0, result.stdout + result.stderr
+    )
 
 
 def test_aws_k3s_with_monitoring_opens_node_exporter_between_the_nodes_only(aws_k3s, aws_k3s_config):
@@ -359,7 +365,6 @@ def test_gke_alerts_on_its_queues_but_not_on_an_autoscaler_it_does_not_run(gcp_g
 
 def test_the_queue_and_autoscaler_alerts_fire_as_promtool_evaluates_them(tmp_path: Path):
     manifest = prometheus_rule_manifest(GpuAlertsSpec(queue_stalled_for="30m"), queued=True, autoscaled=True)
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": manifest["spec"]["groups"]}))
     pending = 'kueue_pending_workloads{{cluster_queue="{queue}",status="{status}",replica_role="standalone"}}'
     admitted = 'kueue_admitted_workloads_total{{cluster_queue="{queue}",replica_role="standalone"}}'
     series = [
@@ -395,25 +400,18 @@ def test_the_queue_and_autoscaler_alerts_fire_as_promtool_evaluates_them(tmp_pat
             "-n kube-system get configmap cluster-autoscaler-status -o yaml says which group and why.",
         },
     }
-    tests = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [
-                    fired("KueueQueueStalled", "29m"),
-                    fired("KueueQueueStalled", "31m", stalled),
-                    fired("GpuScaleUpFailed", "30m"),
-                    fired("GpuScaleUpFailed", "45m", failed),
-                    fired("GpuScaleUpFailed", "70m"),
-                ],
-            }
+    assert_alerts(
+        tmp_path,
+        manifest["spec"]["groups"],
+        series,
+        [
+            fired("KueueQueueStalled", "29m"),
+            fired("KueueQueueStalled", "31m", stalled),
+            fired("GpuScaleUpFailed", "30m"),
+            fired("GpuScaleUpFailed", "45m", failed),
+            fired("GpuScaleUpFailed", "70m"),
         ],
-    }
-    result = promtool(tmp_path, "test rules", tests)
-    assert result.returncode == 0, result.stdout + result.stderr
+    )
 
 
 @pytest.mark.parametrize("stack", ["aws_k3s", "gcp_gke"])
