@@ -23,10 +23,11 @@ MIN_STORAGE_GIB = 5
 class GpuAlertsSpec(StrictModel):
     """`monitoring.alerts`: when each GPU alert fires."""
 
-    # Every GPU of a node at 0% utilization this long: a node someone pays for that does no work (a pod
-    # holds its GPU, so the autoscaler keeps it).
+    # Every GPU of a node under 1% busy this long while a running pod holds some of them: a node someone
+    # pays for that does no work (the pod keeps the autoscaler from removing it).
     gpu_idle_for: str = "1h"
-    # A pod asking for GPUs still Pending after this long: no capacity, a quota, or a shape no node fits.
+    # A pod asking for GPU slots that the scheduler cannot place after this long: no capacity, a quota, or
+    # a shape no node fits.
     gpu_pod_pending_for: str = "30m"
     # A GPU's memory this full (percent of its frame buffer) for gpuMemoryFullFor: the next allocation
     # fails with out-of-memory.
@@ -73,10 +74,14 @@ def monitoring_issues(monitoring: MonitoringSpec) -> Iterable[ConfigIssue]:
                 'write it like "30m" or "2h"',
             )
         elif seconds < minimum:
+            why = (
+                "Prometheus' smallest block of samples (2h)"
+                if keys == ("retention",)
+                else "which alerts on normal churn"
+            )
             yield ConfigIssue(
                 config_path("monitoring", *keys),
                 value,
-                f"shorter than {minimum // 60} minutes, which "
-                + ("keeps less than a day's trend" if keys == ("retention",) else "alerts on normal churn"),
+                f"shorter than {minimum // 60} minutes, {why}",
                 f'write at least "{minimum // 60}m"',
             )

@@ -173,6 +173,9 @@ RESERVED_NAMESPACES = (
     "gpu-operator",
     "system-upgrade",
     "gce-pd-csi-driver",
+    # `monitoring` and `inference` create these (components/monitoring.py, components/inference.py).
+    "monitoring",
+    "keda",
 )
 # Prefixes of namespaces Kubernetes and GKE keep for themselves (kube-*; GKE's gke-* and managed
 # Prometheus's gmp-*).

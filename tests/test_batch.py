@@ -233,6 +233,13 @@ BAD_BATCH = [
         ("exists in every cluster",),
     ),
     (
+        # `monitoring` makes this namespace: a team namespace of the same name would be made twice.
+        "add-on-namespace",
+        set_path("batch.namespaces", ["research", "monitoring"]),
+        "gpu-k8s:cluster.batch.namespaces[1]",
+        ("belongs to an add-on",),
+    ),
+    (
         "bad-namespace",
         set_path("batch.namespaces", ["Research"]),
         "gpu-k8s:cluster.batch.namespaces[0]",

@@ -150,7 +150,7 @@ def test_the_rule_object_is_valid_against_the_pinned_crd():
         # Units out of order or twice: the Prometheus Operator's CRDs refuse them.
         ("monitoring.retention", "30m1d", ["not a Prometheus duration"]),
         ("monitoring.alerts.gpuIdleFor", "1h1h", ["not a Prometheus duration"]),
-        ("monitoring.retention", "1h", ["shorter than 120 minutes"]),
+        ("monitoring.retention", "1h", ["shorter than 120 minutes", "smallest block"]),
         ("monitoring.alerts.gpuIdleFor", "90ms", ["not a Prometheus duration"]),
         ("monitoring.alerts.gpuIdleFor", "1m", ["shorter than 5 minutes"]),
         ("monitoring.alerts.gpuPodPendingFor", "30s", ["shorter than 1 minutes"]),
