@@ -18,12 +18,13 @@ import yaml
 
 from gpu_k8s.components.batch import BatchQueues
 from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool
+from gpu_k8s.components.configbase import duration_seconds
 from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
 from gpu_k8s.components.helm import helm_release
 from gpu_k8s.components.inference import install_inference
 from gpu_k8s.components.manifests import kubernetes_object
 from gpu_k8s.components.monitoring import install_monitoring
-from gpu_k8s.components.spec import ClusterSpec, TaintSpec, duration_seconds
+from gpu_k8s.components.spec import ClusterSpec, TaintSpec
 
 AUTOSCALER_HELM_REPO = "https://kubernetes.github.io/autoscaler"
 AUTOSCALER_NAMESPACE = "kube-system"

@@ -31,11 +31,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from gpu_k8s.components.batch_spec import BatchSpec
 from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool, pod_security_labels
 from gpu_k8s.components.gpu_operator import OPERATOR_NAMESPACE
 from gpu_k8s.components.helm import helm_release
 from gpu_k8s.components.queued_gpus import queued_gpu_pods
-from gpu_k8s.components.spec import BatchSpec
 from gpu_k8s.components.yamltext import yaml_text
 
 KUEUE_CHART_VERSION = "0.19.2"

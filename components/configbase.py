@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -202,3 +203,18 @@ def config_path(*parts: str | int) -> str:
     for part in parts:
         path += f"[{part}]" if isinstance(part, int) else f".{part}"
     return path
+
+
+# Lowercase DNS label: usable as a Kubernetes label value, a node group name and a cloud resource name.
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# A Go-style duration limited to hours, minutes and seconds ("5m", "1h30m"); groups: h, m, s.
+DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def duration_seconds(text: str) -> int | None:
+    """Seconds of a DURATION ("90s", "1h30m"), or None when it is not one."""
+    match = DURATION.fullmatch(text)
+    if not text or match is None:
+        return None
+    hours, minutes, seconds = (int(group or 0) for group in match.groups())
+    return hours * 3600 + minutes * 60 + seconds

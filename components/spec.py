@@ -26,6 +26,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, create_model
 
+from gpu_k8s.components.batch_spec import BatchSpec, batch_issues
 from gpu_k8s.components.catalog import Catalog, Cloud, MachineType, load_catalog
 from gpu_k8s.components.compat import (
     GPU_OPERATOR_CHART_VERSION,
@@ -34,11 +35,13 @@ from gpu_k8s.components.compat import (
     cuda_version_issue,
 )
 from gpu_k8s.components.configbase import (
+    DNS_LABEL,
     ConfigError,
     ConfigIssue,
     StrictModel,
     config_key,
     config_path,
+    duration_seconds,
     raise_if_any,
     raw_value_issues,
 )
@@ -67,8 +70,6 @@ MIN_GPU_DISK_GIB = 50
 # gp3 and pd-balanced volumes both stop at 16 TiB.
 MAX_DISK_GIB = 16384
 
-# Lowercase DNS label: usable as a Kubernetes label value, a node group name and a cloud resource name.
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Kubernetes qualified name (label key) and label value syntax (apimachinery validation).
 LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -76,8 +77,6 @@ LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 # Label prefixes the kubelet may not set on itself (NodeRestriction) or that this toolkit owns.
 RESERVED_LABEL_PREFIXES = ("kubernetes.io", "k8s.io", "nvidia.com", "gpu-k8s.io")
 
-# A Go-style duration limited to hours, minutes and seconds ("5m", "1h30m"); groups: h, m, s.
-DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 WHOLE_INTERNET = ipaddress.IPv4Network("0.0.0.0/0")
 
 
@@ -160,56 +159,6 @@ class GpuPoolSpec(StrictModel):
     # A fast interconnect between the pool's nodes for multi-node training, where the cloud offers one for
     # the instance type (AWS: efa).
     interconnect: str | None = None
-
-
-# Namespaces every cluster has, or that the add-ons the stacks install own: no team's jobs queue there.
-RESERVED_NAMESPACES = (
-    "default",
-    "kube-system",
-    "kube-public",
-    "kube-node-lease",
-    "kueue-system",
-    "jobset-system",
-    "gpu-operator",
-    "system-upgrade",
-    "gce-pd-csi-driver",
-    # `monitoring` and `inference` create these (components/monitoring.py, components/inference.py).
-    "monitoring",
-    "keda",
-)
-# Prefixes of namespaces Kubernetes and GKE keep for themselves (kube-*; GKE's gke-* and managed
-# Prometheus's gmp-*).
-RESERVED_NAMESPACE_PREFIXES = ("kube-", "gke-", "gmp-")
-# Kueue reads durations into Go's time.Duration, an int64 of nanoseconds: about 292 years at most.
-GO_DURATION_MAX_SECONDS = (2**63 - 1) // 10**9
-# A GPU node started from zero needs minutes to boot, set up its driver and pull a CUDA image; a shorter
-# wait would evict jobs that are only waiting for their nodes.
-MIN_PODS_READY_MINUTES = 10
-# A pod that restarts in place is ready again within seconds to a minute; a shorter recovery timeout would
-# evict a job for it.
-MIN_RECOVERY_SECONDS = 60
-
-
-class BatchSpec(StrictModel):
-    """`batch`: Kueue in front of the GPU pools: a queue per pool whose quota is the pool at maxNodes, a
-    LocalQueue per pool in each listed namespace, all-or-nothing admission."""
-
-    # The teams' namespaces (created by the stack) whose jobs queue for the GPU pools.
-    namespaces: Annotated[tuple[str, ...], Field(min_length=1)]
-    # How long an admitted job may take until all its pods run (scaling a pool up from zero included);
-    # after it, the job is evicted and queued again (Kueue waitForPodsReady).
-    pods_ready_timeout: str = "30m"
-    # How many times an evicted job is queued again before Kueue deactivates it (`.spec.active: false`):
-    # a job that cannot start never keeps starting GPU nodes.
-    requeue_limit: Annotated[int, Field(ge=0, le=100)] = 6
-    # How long a running job may miss a pod (a node lost, a spot node reclaimed) before Kueue evicts and
-    # queues it again. Unset: 5m where a provisioning check admits jobs (its replacement pod is left alone
-    # by the cluster-autoscaler, so only a new admission gets it a node: review-training.md T1), else
-    # podsReadyTimeout (the pod scales a pool up itself, as slowly as a first start).
-    recovery_timeout: str | None = None
-    # GPU pods outside the queued namespaces (and the add-ons' own, and namespaces labelled
-    # gpu-k8s.io/unqueued-gpus=allowed) are refused, so the quotas hold (review-training.md T10).
-    queued_gpus_only: bool = True
 
 
 class InferenceSpec(StrictModel):
@@ -804,22 +753,13 @@ def _semantic_issues(spec: ClusterSpec, given: Any, catalog: Catalog) -> Iterabl
     yield from spec.platform_issues()
     yield from addon_issues(spec.addon_versions)
     if spec.batch is not None:
-        yield from _batch_issues(spec.batch)
+        yield from batch_issues(spec.batch)
     if spec.monitoring is not None:
         yield from monitoring_issues(spec.monitoring)
     yield from _foreign_section_issues(spec, "storage", given.storage, f"{spec.cloud}/{spec.kind}")
     yield from _storage_issues(spec)
     yield from _interconnect_issues(spec)
     yield from gpu_pool_issues(spec.gpu_pools, spec.pool_rules, catalog)
-
-
-def duration_seconds(text: str) -> int | None:
-    """Seconds of a DURATION ("90s", "1h30m"), or None when it is not one."""
-    match = DURATION.fullmatch(text)
-    if not text or match is None:
-        return None
-    hours, minutes, seconds = (int(group or 0) for group in match.groups())
-    return hours * 3600 + minutes * 60 + seconds
 
 
 def _storage_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
@@ -845,62 +785,6 @@ def _interconnect_issues(spec: ClusterSpec) -> Iterable[ConfigIssue]:
     for index, pool in enumerate(spec.gpu_pools):
         if pool.interconnect is not None:
             yield ConfigIssue(config_path("gpuPools", index, "interconnect"), pool.interconnect, problem, fix)
-
-
-def _batch_issues(batch: BatchSpec) -> Iterable[ConfigIssue]:
-    seen: set[str] = set()
-    for index, namespace in enumerate(batch.namespaces):
-        where = config_path("batch", "namespaces", index)
-        if len(namespace) > 63 or not DNS_LABEL.match(namespace):
-            yield ConfigIssue(
-                where, namespace, "not a namespace name", "use a lowercase DNS label, e.g. research"
-            )
-        elif namespace in RESERVED_NAMESPACES or namespace.startswith(RESERVED_NAMESPACE_PREFIXES):
-            yield ConfigIssue(
-                where,
-                namespace,
-                "exists in every cluster, belongs to an add-on the stack installs, or is kept by "
-                "Kubernetes or GKE (kube-*, gke-*, gmp-*)",
-                "list your teams' own namespaces (the stack creates them)",
-            )
-        elif namespace in seen:
-            yield ConfigIssue(where, namespace, "listed twice", "list each namespace once")
-        seen.add(namespace)
-    yield from _duration_issues(
-        "podsReadyTimeout",
-        batch.pods_ready_timeout,
-        MIN_PODS_READY_MINUTES * 60,
-        f"is shorter than a GPU node takes to start from zero (allow at least {MIN_PODS_READY_MINUTES}m)",
-        'use "30m" unless your pools keep warm nodes (minNodes)',
-    )
-    if batch.recovery_timeout is None:
-        return
-    yield from _duration_issues(
-        "recoveryTimeout",
-        batch.recovery_timeout,
-        MIN_RECOVERY_SECONDS,
-        "is shorter than a pod takes to restart in place (and 0s turns the check off: a job that lost a pod "
-        "would wait for it forever)",
-        'use "5m"',
-    )
-
-
-def _duration_issues(
-    key: str, value: str, minimum_seconds: int, too_short: str, fix_short: str
-) -> Iterable[ConfigIssue]:
-    """A `batch` duration Kueue reads as a Go time.Duration, at least `minimum_seconds`."""
-    seconds = duration_seconds(value)
-    if seconds is None:
-        yield ConfigIssue(config_path("batch", key), value, "not a duration", 'write it like "30m" or "1h"')
-    elif seconds > GO_DURATION_MAX_SECONDS:
-        yield ConfigIssue(
-            config_path("batch", key),
-            value,
-            "is longer than a Go duration holds (about 292 years), which is how Kueue reads it",
-            'write something like "30m" or "2h"',
-        )
-    elif seconds < minimum_seconds:
-        yield ConfigIssue(config_path("batch", key), value, too_short, fix_short)
 
 
 def gpu_pool_issues(
