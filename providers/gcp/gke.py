@@ -121,8 +121,8 @@ def filestore_storage_class_manifest(network_name: pulumi.Input[str]) -> dict[st
 CLUSTER_IGNORED_CHANGES = ("nodeConfig", "datapathProvider")
 DATAPLANE_V2 = "ADVANCED_DATAPATH"
 KMS_API = "cloudkms.googleapis.com"
-# Cloud KMS's automatic rotation: a new key version every 90 days (what CIS GKE 5.3.1 and KMS's own
-# guidance suggest); old versions keep decrypting what they encrypted.
+# Cloud KMS's automatic rotation: a new key version every 90 days (the CIS Google Cloud benchmark's bound
+# for KMS keys, recalled, not pinned here); old versions keep decrypting what they encrypted.
 SECRETS_KEY_ROTATION = "7776000s"
 
 
