@@ -389,3 +389,18 @@ def dynamic_check() -> Iterator[DynamicCheck]:
     finally:
         host.kill()
         host.wait()
+
+
+# --- admission policies -------------------------------------------------------------------------------------
+
+ADMISSION_POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+ADMISSION_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+
+
+def planned_admission_policy(recording: Recording, name: str) -> dict[str, Any]:
+    """The plan's ValidatingAdmissionPolicy `name`, after checking that its binding denies and follows it."""
+    (policy,) = [p for p in recording.by_type(ADMISSION_POLICY) if p.inputs["metadata"]["name"] == name]
+    (binding,) = [b for b in recording.by_type(ADMISSION_BINDING) if b.inputs["metadata"]["name"] == name]
+    assert binding.inputs["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+    assert policy.urn in binding.dependencies
+    return policy.inputs

@@ -20,6 +20,7 @@ import yaml
 
 from gpu_k8s.components.cluster import PlatformTraits
 from gpu_k8s.components.compat import DriverFacts
+from gpu_k8s.components.k3s.admission import POLICY_NAME as SERVER_POLICY
 from gpu_k8s.components.monitoring import (
     MONITORING_NAMESPACE,
     gpu_alert_rules,
@@ -30,9 +31,13 @@ from gpu_k8s.components.monitoring_spec import GpuAlertsSpec, MonitoringSpec, pr
 from gpu_k8s.components.spec import TaintSpec
 from gpu_k8s.tools.charts import CHARTS_ROOT
 from gpu_k8s.tools.engine import Recording, run_program
-from tests.conftest import HELM_RELEASE, assert_refused_before_any_resource, set_path
+from tests.conftest import (
+    HELM_RELEASE,
+    assert_refused_before_any_resource,
+    planned_admission_policy,
+    set_path,
+)
 from tests.test_charts import crd_schemas, validate_custom_resource
-from tests.test_server_admission import planned_policy
 
 CHART_DIR = CHARTS_ROOT / "kube-prometheus-stack-88.5.3"
 SG_RULE = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
@@ -90,7 +95,8 @@ def test_gke_with_monitoring_gets_the_same_stack(gcp_gke_config):
 
 
 def test_k3s_lets_the_monitoring_namespace_run_on_the_servers_and_tolerate_them(gcp_k3s):
-    selector = planned_policy(gcp_k3s)["spec"]["matchConstraints"]["namespaceSelector"]
+    policy = planned_admission_policy(gcp_k3s, SERVER_POLICY)
+    selector = policy["spec"]["matchConstraints"]["namespaceSelector"]
     (exempt,) = [e["values"] for e in selector["matchExpressions"] if e["operator"] == "NotIn"]
     assert MONITORING_NAMESPACE in exempt
     values = releases(gcp_k3s)["kube-prometheus-stack"].inputs["values"]

@@ -12,18 +12,8 @@ import kubernetes_validate
 import pytest
 
 from gpu_k8s.components.queued_gpus import OPT_OUT_LABEL, POLICY_NAME
-from gpu_k8s.tools.engine import Recording, run_program
-
-POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
-BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
-
-
-def planned(recording: Recording) -> dict[str, Any]:
-    (policy,) = [p for p in recording.by_type(POLICY) if p.inputs["metadata"]["name"] == POLICY_NAME]
-    (binding,) = [b for b in recording.by_type(BINDING) if b.inputs["metadata"]["name"] == POLICY_NAME]
-    assert binding.inputs["spec"] == {"policyName": POLICY_NAME, "validationActions": ["Deny"]}
-    assert policy.urn in binding.dependencies
-    return policy.inputs
+from gpu_k8s.tools.engine import run_program
+from tests.conftest import ADMISSION_BINDING, ADMISSION_POLICY, planned_admission_policy
 
 
 def refused(policy: dict[str, Any], pod_spec: dict[str, Any]) -> bool:
@@ -69,7 +59,7 @@ ALLOWED = [
 
 @pytest.fixture(scope="module")
 def policy(aws_eks) -> dict[str, Any]:
-    return planned(aws_eks)
+    return planned_admission_policy(aws_eks, POLICY_NAME)
 
 
 @pytest.mark.parametrize(("what", "pod"), REFUSED, ids=[w for w, _ in REFUSED])
@@ -98,7 +88,7 @@ def test_the_queued_and_the_add_ons_namespaces_and_opted_out_ones_are_left_alone
 
 
 def test_the_policy_is_a_valid_object_that_fails_closed(aws_eks):
-    for kind in (POLICY, BINDING):
+    for kind in (ADMISSION_POLICY, ADMISSION_BINDING):
         (found,) = [r for r in aws_eks.by_type(kind) if r.inputs["metadata"]["name"] == POLICY_NAME]
         manifest = {
             "apiVersion": "admissionregistration.k8s.io/v1",
@@ -106,12 +96,12 @@ def test_the_policy_is_a_valid_object_that_fails_closed(aws_eks):
             **found.inputs,
         }
         kubernetes_validate.validate(manifest, "1.33.0", strict=True)
-    assert planned(aws_eks)["spec"]["failurePolicy"] == "Fail"
+    assert planned_admission_policy(aws_eks, POLICY_NAME)["spec"]["failurePolicy"] == "Fail"
 
 
 def test_the_user_can_turn_it_off(aws_eks_config):
     config = copy.deepcopy(aws_eks_config)
     config["gpu-k8s:cluster"]["batch"]["queuedGpusOnly"] = False
     recording = run_program("open", config)
-    for kind in (POLICY, BINDING):
+    for kind in (ADMISSION_POLICY, ADMISSION_BINDING):
         assert not [r for r in recording.by_type(kind) if r.inputs["metadata"]["name"] == POLICY_NAME]

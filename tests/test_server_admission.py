@@ -16,20 +16,10 @@ import pytest
 from gpu_k8s.components.k3s.admission import POLICY_NAME, server_pod_policy
 from gpu_k8s.components.k3s.cloudinit import SERVER_TAINT
 from gpu_k8s.tools.engine import Recording, run_program
-from tests.conftest import some
+from tests.conftest import planned_admission_policy, some
 from tests.test_charts import tolerates
 
-POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
-BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
 WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet", "Job")
-
-
-def planned_policy(recording: Recording) -> dict[str, Any]:
-    (policy,) = [p for p in recording.by_type(POLICY) if p.inputs["metadata"]["name"] == POLICY_NAME]
-    (binding,) = [b for b in recording.by_type(BINDING) if b.inputs["metadata"]["name"] == POLICY_NAME]
-    assert binding.inputs["spec"] == {"policyName": POLICY_NAME, "validationActions": ["Deny"]}
-    assert policy.urn in binding.dependencies
-    return policy.inputs
 
 
 def refusals(
@@ -108,7 +98,7 @@ REFUSED = [
 
 @pytest.mark.parametrize("plan", ["aws_k3s", "gcp_k3s"])
 def test_pods_that_tolerate_the_servers_or_name_a_node_are_refused(request, plan):
-    policy = planned_policy(request.getfixturevalue(plan))
+    policy = planned_admission_policy(request.getfixturevalue(plan), POLICY_NAME)
     for what, spec in ALLOWED:
         assert refusals(policy, spec) == [], what
     for what, tolerations in REFUSED:
@@ -154,7 +144,7 @@ def test_the_policy_follows_the_server_taint():
     ],
 )
 def test_only_the_namespaces_of_the_add_ons_the_cluster_runs_are_exempt(request, plan, expected):
-    policy = planned_policy(request.getfixturevalue(plan))
+    policy = planned_admission_policy(request.getfixturevalue(plan), POLICY_NAME)
     selector = policy["spec"]["matchConstraints"]["namespaceSelector"]
     assert selector == {
         "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": expected}]
@@ -165,9 +155,8 @@ def test_only_the_namespaces_of_the_add_ons_the_cluster_runs_are_exempt(request,
 def test_batch_adds_its_controllers_namespaces(aws_k3s_config):
     config = copy.deepcopy(aws_k3s_config)
     config["gpu-k8s:cluster"]["batch"] = {"namespaces": ["team-a"]}
-    values = planned_policy(run_program("batch", config))["spec"]["matchConstraints"]["namespaceSelector"][
-        "matchExpressions"
-    ][0]["values"]
+    policy = planned_admission_policy(run_program("batch", config), POLICY_NAME)
+    values = policy["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"]
     assert "kueue-system" in values and "jobset-system" in values and "team-a" not in values
 
 
@@ -184,7 +173,7 @@ def test_every_pod_the_cluster_runs_on_servers_is_in_an_exempt_namespace(request
     """Rendered releases and applied manifests: a pod template that tolerates the server taint lives in an
     exempt namespace, or the policy would refuse the cluster's own add-ons on the first `up`."""
     recording = request.getfixturevalue(plan)
-    policy = planned_policy(recording)
+    policy = planned_admission_policy(recording, POLICY_NAME)
     exempt = set(policy["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"])
     templates = []
     for (name, _), release in rendered.items():

@@ -15,11 +15,10 @@ from typing import Any
 
 from gpu_k8s.components.monitoring import CHART as MONITORING_CHART
 from gpu_k8s.components.prices import Price, aws_node_price, fee, gcp_node_price
-from gpu_k8s.tools.engine import Recording, Registration
+from gpu_k8s.tools.engine import HELM_RELEASE, Recording, Registration
 
 HOURS_PER_MONTH = 730
 # Resources that bill while the cluster idles but that no committed table prices: named in the plan.
-HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 UNPRICED = {
     "aws:lb/loadBalancer:LoadBalancer": "application or gateway load balancer",
     "aws:efs/fileSystem:FileSystem": "EFS file system (per GiB stored)",

@@ -38,6 +38,7 @@ from gpu_k8s.tools.stackfile import config_key_issues, load_stack_file
 PROJECT_FILE = "Pulumi.yaml"
 ACCOUNT = "123456789012"
 STACK_TYPE = "pulumi:pulumi:Stack"
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 COMPUTE_API = "https://www.googleapis.com/compute/v1"
 
 
@@ -222,7 +223,7 @@ class RealisticMocks(pulumi_mocks.Mocks):
                 "RouteTable": "rtb",
             }.get(token.rsplit(":", 1)[1], "res")
             id_ = f"{prefix}-{_fake_hex(name, 17)}"
-        elif token == "kubernetes:helm.sh/v3:Release":
+        elif token == HELM_RELEASE:
             outputs["status"] = {"status": "deployed", "version": args.inputs.get("version")}
         elif token.startswith("kubernetes:") and "metadata" in outputs:
             # Pulumi auto-names objects without metadata.name: the resource name plus a random suffix.

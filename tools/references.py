@@ -28,7 +28,7 @@ import yaml
 from gpu_k8s.components.availability import gcp_offerings
 from gpu_k8s.components.prices import gcp_cpu_types
 from gpu_k8s.tools.charts import CHARTS_ROOT, chart_sources
-from gpu_k8s.tools.engine import Recording, Registration
+from gpu_k8s.tools.engine import HELM_RELEASE, Recording, Registration
 from gpu_k8s.tools.iam_references import IAM_DOCUMENTS, iam_names, iam_problem
 from gpu_k8s.tools.reference_data import AWS_IAM_FILE, MOTO_WHEEL, REFERENCES, moto_offering_files
 
@@ -122,7 +122,6 @@ def _names_of(resource: Registration, region: str) -> Iterator[ExternalName]:
             yield ExternalName("image", image, name)
 
 
-HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 _GCP_ROLE_BINDINGS = (
     "gcp:projects/iAMMember:IAMMember",
     "gcp:serviceaccount/iAMMember:IAMMember",
