@@ -35,9 +35,9 @@ TSDB_SHARE_OF_VOLUME = 0.8
 
 # The frame buffer's used share per GPU (used + free is what the driver gives workloads).
 GPU_MEMORY_SHARE = "max by (node, gpu) (DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE))"
-# kube-state-metrics spells an extended resource with `_` for `.` and `/` (nvidia_com_gpu, as Kubecost's GPU
-# queries use it; its pod_test.go as a review read it): whole GPUs, shared slots (nvidia.com/gpu.shared)
-# and MIG slices (nvidia.com/mig-1g.10gb) all match.
+# kube-state-metrics writes a resource name into `resource` with each character outside [a-zA-Z0-9_] as `_`
+# (SanitizeLabelName, internal/store/utils.go at v2.20.0, pinned): whole GPUs (nvidia_com_gpu), shared slots
+# (nvidia.com/gpu.shared) and MIG slices (nvidia.com/mig-1g.10gb) all match.
 GPU_REQUESTS = 'kube_pod_container_resource_requests{resource=~"nvidia_com_.*"}'
 # GPU slots requested by each pod the scheduler cannot place (PodScheduled=False, Unschedulable: waiting for
 # a node). Pods Kueue holds back carry a scheduling gate instead and are not counted.
@@ -73,7 +73,7 @@ def stalled_queues(window: str) -> str:
 
 
 # Scale-ups the cluster-autoscaler gave up on in the last 15 minutes, by reason (its
-# cluster_autoscaler_failed_scale_ups_total counter, metrics/metrics.go at cluster-autoscaler-1.35.2).
+# cluster_autoscaler_failed_scale_ups_total counter, metrics/metrics.go at cluster-autoscaler-1.36.1, pinned).
 FAILED_SCALE_UPS = "sum by (reason) (increase(cluster_autoscaler_failed_scale_ups_total[15m])) > 0"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,6 +23,7 @@ from gpu_k8s.components.cluster import PlatformTraits
 from gpu_k8s.components.compat import DriverFacts
 from gpu_k8s.components.k3s.admission import POLICY_NAME as SERVER_POLICY
 from gpu_k8s.components.monitoring import (
+    GPU_REQUESTS,
     MONITORING_NAMESPACE,
     gpu_alert_rules,
     prometheus_rule_manifest,
@@ -30,12 +32,15 @@ from gpu_k8s.components.monitoring import (
 from gpu_k8s.components.monitoring_spec import GpuAlertsSpec, MonitoringSpec, prometheus_duration_seconds
 from gpu_k8s.components.spec import TaintSpec
 from gpu_k8s.tools.charts import CHARTS_ROOT
+from gpu_k8s.tools.costs import idle_charges
 from gpu_k8s.tools.engine import Recording, run_program
 from tests.conftest import (
     HELM_RELEASE,
     assert_refused_before_any_resource,
     planned_admission_policy,
     set_path,
+    some,
+    upstream,
 )
 from tests.test_charts import crd_schemas, validate_custom_resource
 
@@ -418,6 +423,84 @@ def test_the_queue_and_autoscaler_alerts_fire_as_promtool_evaluates_them(tmp_pat
             fired("GpuScaleUpFailed", "70m"),
         ],
     )
+
+
+# --- the series the alerts read, against what their exporters publish ---------------------------------------
+
+# PromQL words that are not series, and the label lists they take (`by (node)`, `on (pod)`).
+PROMQL_KEYWORDS = {"and", "or", "unless", "bool", "offset"}
+LABEL_LISTS = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+
+
+def rule_metric_names(expr: str) -> set[str]:
+    """The series an expression reads: names left once strings, label matchers, ranges and label lists are
+    dropped that are neither a function call nor a keyword."""
+    bare = LABEL_LISTS.sub("", re.sub(r'"[^"]*"|\{[^}]*\}|\[[^\]]*\]', "", expr))
+    names = re.findall(r"\b([A-Za-z_:][A-Za-z0-9_:]*)\b(?!\s*\()", bare)
+    return {name for name in names if name not in PROMQL_KEYWORDS}
+
+
+def dcgm_fields() -> set[str]:
+    """The fields the GPU Operator's exporter collects: v26.7.0 sets DCGM_EXPORTER_COLLECTORS to the image's
+    dcp-metrics-included.csv (assets/state-dcgm-exporter/0800_daemonset.yaml); lines starting # are off."""
+    rows = upstream("dcgm-exporter/4.5.3-4.8.2/dcp-metrics-included.csv").read_text().splitlines()
+    return {row.split(",")[0].strip() for row in rows if row.strip() and not row.startswith("#")}
+
+
+def kube_state_metrics_pod_series() -> set[str]:
+    """The pod series of kube-state-metrics v2.20.0 (the kube-prometheus-stack 88.5.3 subchart's appVersion),
+    from its metrics table."""
+    table = upstream("kube-state-metrics/v2.20.0/pod-metrics.md").read_text()
+    return set(re.findall(r"^\|\s*(kube_pod_[a-z_]+)\s*\|", table, re.MULTILINE))
+
+
+def go_metric_names(relative_path: str, prefix_of: dict[str, str]) -> set[str]:
+    """Series a Go metrics file declares: `<Subsystem or Namespace>: <constant>,` then `Name: "<name>"`."""
+    declared = re.findall(
+        r'(?:Subsystem|Namespace):\s*([\w.]+),\s*Name:\s*"(\w+)"', upstream(relative_path).read_text()
+    )
+    return {f"{prefix_of[owner]}_{name}" for owner, name in declared if owner in prefix_of}
+
+
+def test_every_series_an_alert_reads_is_one_its_exporter_publishes():
+    """A misspelt series is not an error to Prometheus: the alert just never fires. Every name the rules read
+    must be one the pinned exporter source publishes (Kueue's subsystem is constants.KueueName, "kueue" in
+    pkg/constants/constants.go at v0.19.2; the autoscaler's namespace is caNamespace in the same file)."""
+    published = {
+        "DCGM_FI_": dcgm_fields(),
+        "kube_pod_": kube_state_metrics_pod_series(),
+        "kueue_": go_metric_names("kueue/0.19.2/metrics.go", {"constants.KueueName": "kueue"}),
+        "cluster_autoscaler_": go_metric_names(
+            "cluster-autoscaler/cluster-autoscaler-1.36.1/metrics.go", {"caNamespace": "cluster_autoscaler"}
+        ),
+    }
+    manifest = prometheus_rule_manifest(GpuAlertsSpec(), queued=True, autoscaled=True)
+    rules = [rule for group in manifest["spec"]["groups"] for rule in group["rules"]]
+    read = {name for rule in some(rules, at_least=7) for name in rule_metric_names(rule["expr"])}
+    for name in some(read, at_least=10):
+        owners = [prefix for prefix in published if name.startswith(prefix)]
+        assert len(owners) == 1, f"{name}: no pinned exporter source says it publishes this series"
+        assert name in some(published[owners[0]]), f"{name} is not among the series {owners[0]}* publishes"
+
+
+def test_the_gpu_request_selector_matches_the_names_kube_state_metrics_gives_gpu_resources():
+    """kube-state-metrics writes a resource name into the `resource` label through SanitizeLabelName
+    (internal/store/utils.go, v2.20.0: each character outside [a-zA-Z0-9_] becomes `_`); the alerts' selector
+    must match what that makes of whole GPUs, time-sliced slots and MIG slices."""
+    source = upstream("kube-state-metrics/v2.20.0/utils.go").read_text()
+    (pattern,) = re.findall(r"invalidLabelCharRE\s*=\s*regexp\.MustCompile\(`([^`]+)`\)", source)
+    (selector,) = re.findall(r'resource=~"([^"]+)"', GPU_REQUESTS)
+    for resource in ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb"):
+        label = re.sub(pattern, "_", resource)
+        assert re.fullmatch(selector, label), f"{resource} is reported as {label}, which {selector} misses"
+    assert not re.fullmatch(selector, re.sub(pattern, "_", "amd.com/gpu"))
+
+
+def test_the_plan_names_the_prometheus_volume_among_what_bills_unpriced(aws_eks, aws_k3s):
+    _, not_counted = idle_charges(aws_eks)
+    assert "1 x Prometheus volume (20Gi on the default StorageClass)" in not_counted
+    _, not_counted = idle_charges(aws_k3s)
+    assert not [item for item in not_counted if "Prometheus" in item]
 
 
 @pytest.mark.parametrize("stack", ["aws_k3s", "gcp_gke"])
