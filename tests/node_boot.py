@@ -56,6 +56,8 @@ echo install >> /mnt/records/sequence
 """
 FAILING_INSTALLER = '#!/bin/sh\necho "[ERROR]  Download failed" >&2\nexit 1\n'
 FAKE_SLEEP = '#!/bin/sh\necho "$1" >> /mnt/records/sleeps\n'
+# The chroot has no systemd running: what the boot asks of it is recorded.
+FAKE_SYSTEMCTL = '#!/bin/sh\necho "$*" >> /mnt/records/systemctl\n'
 FAKE_SYSCTL = """#!/bin/sh
 echo "$*" >> /mnt/records/sysctl
 cat /etc/sysctl.d/*.conf >> /mnt/records/sysctl-files
@@ -517,7 +519,7 @@ def _prepare_root(workdir: Path, hosts_file: Path, ca_bundle: str) -> Path:
     _sh("mount", "--bind", ca_bundle, str(root / "etc" / "ssl" / "certs" / "ca-certificates.crt"))
     fakes_dir = workdir / "fakes"
     (fakes_dir / "records").mkdir(parents=True)
-    for name, script in (("sleep", FAKE_SLEEP), ("sysctl", FAKE_SYSCTL)):
+    for name, script in (("sleep", FAKE_SLEEP), ("sysctl", FAKE_SYSCTL), ("systemctl", FAKE_SYSTEMCTL)):
         (fakes_dir / name).write_text(script)
         (fakes_dir / name).chmod(0o755)
     _sh("mount", "--bind", str(fakes_dir), str(root / "mnt"))

@@ -381,6 +381,18 @@ def test_first_server_writes_its_pki_and_founds_the_cluster_when_no_other_server
     assert result.console.index("founding the cluster") < result.console.index("k3s server started")
     assert result.console.index("k3s server started") < result.console.index("recording the founding")
     assert installer_call(result)["INSTALL_K3S_SKIP_START"] == "false"
+    # Once its k3s answers, a GCE server starts the timer that deletes the Nodes of recreated agent VMs
+    # (tests/test_recreated_nodes.py); EC2 names a new instance anew, so AWS servers need none.
+    if cloud == "gce":
+        assert result.records["fakes"]["systemctl"].splitlines() == [
+            "daemon-reload",
+            "enable --now gpu-k8s-recreated-nodes.timer",
+        ]
+        console = result.console
+        assert console.index("k3s server started") < console.index("starting the server's timers")
+        assert result.file("/etc/systemd/system/gpu-k8s-recreated-nodes.timer").is_file()
+    else:
+        assert "systemctl" not in result.records["fakes"]
     # Servers take no workloads: they hold the cluster's keys.
     assert config["node-taint"] == ["CriticalAddonsOnly=true:NoExecute"]
     assert "gpu-k8s.io/pool=system" in node_config(result)["node-label"]

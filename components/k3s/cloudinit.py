@@ -66,6 +66,7 @@ AGENT_UNIT_DROP_IN = "/etc/systemd/system/k3s-agent.service.d/10-gpu-k8s-pod-met
 SERVER_UNIT_DROP_IN = "/etc/systemd/system/k3s.service.d/10-gpu-k8s-pod-metadata.conf"
 AGENT_POOL_UNIT_DROP_IN = "/etc/systemd/system/k3s-agent.service.d/20-gpu-k8s-pool.conf"
 NETWORKD_DROP_IN = "/etc/systemd/networkd.conf.d/90-gpu-k8s.conf"
+SYSTEMD_DIR = "/etc/systemd/system"
 INSTALL_FILE = f"{LIB_DIR}/k3s-install.sh"
 API_PORT = 6443
 # The install script at the release's tag, so the script is pinned with the binary it installs (it then
@@ -130,6 +131,35 @@ def install_url(version: str) -> str:
 
 
 @dataclass(frozen=True)
+class ServerTask:
+    """A Python script a server runs every `every` (a systemd time span) as a oneshot unit `name`, beside
+    the node scripts (it may import their support files); its output goes to the journal."""
+
+    name: str
+    description: str
+    script: str
+    every: str
+
+    @property
+    def script_path(self) -> str:
+        return f"{LIB_DIR}/{self.name}.py"
+
+    def units(self) -> dict[str, str]:
+        """The service and its timer (unit file name: content); the timer starts the service `every` after
+        it is started and after each run."""
+        service = (
+            f"[Unit]\nDescription={self.description}\nAfter=k3s.service\n\n"
+            f"[Service]\nType=oneshot\nExecStart=/usr/bin/python3 {self.script_path}\n"
+        )
+        timer = (
+            f"[Unit]\nDescription={self.description}, every {self.every}\n\n"
+            f"[Timer]\nOnActiveSec={self.every}\nOnUnitActiveSec={self.every}\n\n"
+            "[Install]\nWantedBy=timers.target\n"
+        )
+        return {f"{self.name}.service": service, f"{self.name}.timer": timer}
+
+
+@dataclass(frozen=True)
 class NodeBootstrap:
     """What a cloud provider supplies so a node can learn about itself and read its secrets."""
 
@@ -148,6 +178,8 @@ class NodeBootstrap:
     snapshot_store_py: str
     # Modules the fetch script imports (name: content), written beside it.
     support_files: Mapping[str, str] = field(default_factory=dict)
+    # What every server of this cloud runs on a timer once its k3s answers.
+    server_tasks: Sequence[ServerTask] = ()
 
 
 @dataclass(frozen=True)
@@ -561,10 +593,17 @@ answering_peer() {{
 """
 
 
-def server_started(bucket: str) -> str:
+def server_started(bucket: str, tasks: Sequence[ServerTask] = ()) -> str:
     """After the install: a server installed for a restore ends its boot as failed; the others wait until
     their k3s answers, and the founder then records the founding in the bucket at once (the first scheduled
-    snapshot may be hours away)."""
+    snapshot may be hours away); then the server's timers start."""
+    timers = " ".join(f"{task.name}.timer" for task in tasks)
+    start_timers = (
+        f'log "starting the server\'s timers: {timers}"\n'
+        f"systemctl daemon-reload\nsystemctl enable --now {timers}\n"
+        if tasks
+        else ""
+    )
     return f"""if [ "$skip_start" = true ]; then
   log "k3s is installed, not started: restore a snapshot here (stacks/K3S.md, Restoring)"
   exit 1
@@ -576,7 +615,7 @@ if [ "$founding" = true ]; then
   record_founding() {{ python3 {SNAPSHOT_STORE_FILE} record {shlex.quote(bucket)}; }}
   retry "recording the founding in the snapshot bucket" record_founding
 fi
-"""
+{start_timers}"""
 
 
 def _cloud_config(files: Sequence[Mapping[str, Any]]) -> str:
@@ -617,7 +656,7 @@ def server_cloud_config(node: ServerNode, bootstrap: NodeBootstrap) -> str:
         (),
         join_or_found(node.peer_urls, node.founder, node.snapshots.bucket),
         node.external_cloud_provider,
-        started=server_started(node.snapshots.bucket),
+        started=server_started(node.snapshots.bucket, bootstrap.server_tasks),
     )
     return _cloud_config(
         [
@@ -628,8 +667,17 @@ def server_cloud_config(node: ServerNode, bootstrap: NodeBootstrap) -> str:
             _file(ADMISSION_CONFIG_FILE, _yaml(admission_config(node.pod_security, node.exempt_namespaces))),
             *(_file(path, content, "0644") for path, content in sorted(node.extra_files.items())),
             *_pod_metadata_block(SERVER_UNIT_DROP_IN),
+            *_task_files(bootstrap.server_tasks),
         ]
     )
+
+
+def _task_files(tasks: Sequence[ServerTask]) -> list[dict[str, Any]]:
+    files = []
+    for task in tasks:
+        files.append(_file(task.script_path, task.script, "0700"))
+        files += [_file(f"{SYSTEMD_DIR}/{unit}", text, "0644") for unit, text in task.units().items()]
+    return files
 
 
 def _pod_metadata_block(unit_drop_in: str) -> list[dict[str, str]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from gpu_k8s.components.k3s.cloudinit import NodeBootstrap
+from gpu_k8s.components.k3s.cloudinit import NodeBootstrap, ServerTask
 
 FILES = Path(__file__).parent / "files"
 FETCH_SCRIPT = FILES / "fetch_secret.py"
@@ -37,6 +37,16 @@ NODE_ACCESS_METADATA = {
     "serial-port-enable": "FALSE",
 }
 
+# A managed instance group recreates a Spot VM under its old name, whose Node k3s would hold against it
+# (recreated_nodes.py says why and what it deletes). Once a minute: a Node turns not Ready within a minute
+# of its last heartbeat (the node lifecycle controller's grace period); a new VM boots in a minute or more.
+RECREATED_NODES = ServerTask(
+    name="gpu-k8s-recreated-nodes",
+    description="gpu-k8s: delete the Nodes of agent VMs recreated under the same name",
+    script=(FILES / "recreated_nodes.py").read_text(),
+    every="1min",
+)
+
 
 @cache
 def gce_node_bootstrap() -> NodeBootstrap:
@@ -45,4 +55,5 @@ def gce_node_bootstrap() -> NodeBootstrap:
         fetch_secret_py=FETCH_SCRIPT.read_text(),
         snapshot_store_py=(FILES / "snapshot_store.py").read_text(),
         support_files={"gce_api.py": (FILES / "gce_api.py").read_text()},
+        server_tasks=(RECREATED_NODES,),
     )
