@@ -212,7 +212,7 @@ def test_systemd_parses_the_units(gcp_k3s, tmp_path):
     analyze = shutil.which("systemd-analyze")
     if not analyze:
         if os.environ.get("CI") == "true":
-            pytest.fail("systemd-analyze is missing (Debian's systemd package)")
+            pytest.fail("systemd-analyze is missing (Debian's systemd package; .ci/run installs it)")
         pytest.skip("systemd-analyze is not installed")
     for unit, text in RECREATED_NODES.units().items():
         (tmp_path / unit).write_text(text)
