@@ -31,13 +31,15 @@ AUTOSCALER_NAMESPACE = "kube-system"
 AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
 SYSTEM_POOL_NAME = "system"
 
-# The autoscaler's minor must match the cluster's (its README); newest patch per minor from
-# kubernetes/autoscaler release tags as of 2026-08 (REFERENCE.md 5.1).
-AUTOSCALER_IMAGE_TAGS = {"1.33": "v1.33.5", "1.34": "v1.34.4", "1.35": "v1.35.2", "1.36": "v1.36.1"}
+# The autoscaler's minor must match the cluster's (its README); the newest patch of each minor among
+# kubernetes/autoscaler's release tags (upstream/references/cluster-autoscaler-releases.json, which a test
+# holds these to).
+AUTOSCALER_IMAGE_TAGS = {"1.33": "v1.33.6", "1.34": "v1.34.5", "1.35": "v1.35.2", "1.36": "v1.36.1"}
 
 # The ProvisioningRequest CRD the autoscaler serves with --enable-provisioning-requests; the chart brings its
 # RBAC but not the CRD (cluster-autoscaler FAQ). Pinned from the newest tag in AUTOSCALER_IMAGE_TAGS: the
-# 1.33 to 1.36 tags differ only in descriptions, with v1 served and stored and v1beta1 served.
+# 1.33 to 1.36 tags differ only in descriptions and in v1beta1's deprecation mark, with v1 served and stored
+# and v1beta1 served.
 PROVISIONING_REQUEST_CRD = (
     Path(__file__).resolve().parents[1]
     / "upstream"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_k8s.components.autoscaler import AUTOSCALER_IMAGE_TAGS
 from gpu_k8s.components.availability import AWS_OFFERINGS_FILE, GCP_ZONES_FILE, aws_offerings, gcp_offerings
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.tools import reference_data
@@ -456,6 +457,23 @@ def test_every_evidence_record_says_what_it_rests_on():
     images = json.loads((reference_data.REFERENCES / "images.json").read_text())["images"]
     for record in some([*records, *images.values()], at_least=10):
         assert record["status"] and len(record["evidence"]) > 40, record
+
+
+def test_the_autoscaler_runs_the_newest_release_of_each_minor_it_pins():
+    """Review N1: the pinned tags had fallen a patch behind. Each is the newest patch of its minor among
+    kubernetes/autoscaler's release tags, and each image is one the references accept."""
+    releases = json.loads((reference_data.REFERENCES / "cluster-autoscaler-releases.json").read_text())
+    newest: dict[str, tuple[int, ...]] = {}
+    for tag in some(releases["tags"], at_least=20):
+        version = tuple(int(part) for part in tag.removeprefix("cluster-autoscaler-").split("."))
+        minor = f"{version[0]}.{version[1]}"
+        newest[minor] = max(newest.get(minor, version), version)
+    for minor, image_tag in some(AUTOSCALER_IMAGE_TAGS.items(), at_least=4):
+        expected = "v" + ".".join(map(str, newest[minor]))
+        assert image_tag == expected, f"{minor}: pinned to {image_tag}, but {expected} is released"
+    repository = "registry.k8s.io/autoscaling/cluster-autoscaler"
+    images = [f"{repository}:{tag}" for tag in AUTOSCALER_IMAGE_TAGS.values()]
+    assert problems([ExternalName("image", image, "components/autoscaler.py") for image in images]) == []
 
 
 # --- the docs name only what exists -------------------------------------------------------------------------
