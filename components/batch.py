@@ -2,12 +2,13 @@
 
 Each GPU pool gets a ResourceFlavor (its nodes' pool label; the pool's taints as tolerations Kueue adds to
 the pods it admits there) and a ClusterQueue whose quota is the pool at maxNodes: every GPU resource the
-pool's nodes advertise (whole GPUs, shared slots or MIG slices) times maxNodes. Queues share no cohort: a
-queue can borrow only quota of flavors it lists, and each lists its own pool's, so a cohort would lend
-nothing (review-training.md T11); a job that may run on either of two pools is queued to each in turn.
-Each listed namespace gets a LocalQueue per
-pool, named after the pool. A job is admitted whole or not at all (waitForPodsReady): if its pods are not
-all running within `batch.podsReadyTimeout`, scaling from zero included, it is evicted and queued again.
+pool's nodes advertise (whole GPUs, shared slots or MIG slices) times maxNodes. Pools' queues share no
+cohort: a queue can borrow only quota of flavors it lists, and each lists its own pool's, so a cohort of
+pools would lend nothing (review-training.md T11). With `batch.teams` each pool instead has a queue per
+team holding the team's share, in a cohort per pool where the teams lend and borrow that pool's flavor
+(T14). Each queued namespace gets a LocalQueue per pool, named after the pool. A job is admitted whole or
+not at all (waitForPodsReady): if its pods are not all running within `batch.podsReadyTimeout`, scaling
+from zero included, it is evicted and queued again.
 
 Where this toolkit runs the cluster-autoscaler (EKS, k3s), a job holding its quota is admitted once the
 autoscaler has asked the cloud for nodes for all its pods: Kueue's ProvisioningRequest admission check asks
@@ -31,10 +32,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpu_k8s.components.batch_spec import BatchSpec
+from gpu_k8s.components.batch_spec import TEAM_PRIORITIES, BatchSpec, TeamSpec, team_queue_name
 from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool, pod_security_labels
 from gpu_k8s.components.gpu_operator import OPERATOR_NAMESPACE
 from gpu_k8s.components.helm import helm_release
+from gpu_k8s.components.manifests import CustomObject
 from gpu_k8s.components.queued_gpus import queued_gpu_pods
 from gpu_k8s.components.yamltext import yaml_text
 
@@ -142,21 +144,57 @@ def provisioning_admission_check() -> dict[str, Any]:
     }
 
 
+def team_quotas(pool: GpuPool, teams: Sequence[TeamSpec]) -> dict[str, dict[str, int]]:
+    """Each team's part of the pool's quota (team: resource: count): its share, rounded down, and the units
+    rounding leaves over to the teams with the largest remainders (the first listed on a tie), so the parts
+    add up to the pool."""
+    parts: dict[str, dict[str, int]] = {team.name: {} for team in teams}
+    for resource, total in queue_quota(pool).items():
+        exact = {team.name: total * team.share / 100 for team in teams}
+        for team, amount in exact.items():
+            parts[team][resource] = int(amount)
+        left = total - sum(parts[team][resource] for team in parts)
+        by_remainder = sorted(exact, key=lambda team: exact[team] - int(exact[team]), reverse=True)
+        for team in by_remainder[:left]:
+            parts[team][resource] += 1
+    return parts
+
+
 def cluster_queue(
-    pool: GpuPool, namespaces: Sequence[str], admission_checks: Sequence[str] = ()
+    pool: GpuPool,
+    namespaces: Sequence[str],
+    admission_checks: Sequence[str] = (),
+    team: TeamSpec | None = None,
+    quota: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    quota = queue_quota(pool)
+    """The pool's queue, or with `team` that team's queue of the pool: its part as nominal quota, in the
+    pool's cohort, where it borrows what the other teams leave unused (no borrowing limit) and lends what
+    it leaves; a job of the team that fits its nominal quota takes lent quota back by preempting the
+    borrowers (reclaimWithinCohort Any, under fair sharing: those whose queue uses the most beyond its own
+    quota, weighted by share), and within the team a higher-priority job preempts a lower one
+    (withinClusterQueue LowerPriority). ClusterQueue v1beta2 fields, Kueue 0.19.2 CRD."""
+    quota = quota if quota is not None else queue_quota(pool)
     checks = (
         {"admissionChecksStrategy": {"admissionChecks": [{"name": check} for check in admission_checks]}}
         if admission_checks
         else {}
     )
+    sharing = (
+        {
+            "cohortName": pool.spec.name,
+            "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+            "fairSharing": {"weight": team.share},
+        }
+        if team
+        else {}
+    )
     return {
         "apiVersion": KUEUE_API,
         "kind": "ClusterQueue",
-        "metadata": {"name": pool.spec.name},
+        "metadata": {"name": team_queue_name(pool.spec.name, team.name) if team else pool.spec.name},
         "spec": {
             **checks,
+            **sharing,
             "namespaceSelector": {
                 "matchExpressions": [
                     {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(namespaces)}
@@ -179,13 +217,28 @@ def cluster_queue(
     }
 
 
-def local_queue(pool_name: str, namespace: str) -> dict[str, Any]:
+def local_queue(pool_name: str, namespace: str, cluster_queue_name: str | None = None) -> dict[str, Any]:
+    """A namespace's queue for a pool, named after the pool whether it leads to the pool's queue or to its
+    team's queue of the pool, so a job names the pool either way."""
     return {
         "apiVersion": KUEUE_API,
         "kind": "LocalQueue",
         "metadata": {"name": pool_name, "namespace": namespace},
-        "spec": {"clusterQueue": pool_name},
+        "spec": {"clusterQueue": cluster_queue_name or pool_name},
     }
+
+
+def workload_priority_classes() -> list[dict[str, Any]]:
+    return [
+        {"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value}
+        for name, value in TEAM_PRIORITIES.items()
+    ]
+
+
+# With teams, fair sharing: Kueue's documented strategies, in its documented order (site/content/en/docs/
+# concepts/preemption.md at v0.19.2); a Configuration with `fairSharing` turns it on (cmd/kueue/main.go,
+# fairsharing.Enabled: set, not nil).
+FAIR_SHARING = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
 
 
 # Where a provisioning check admits jobs, how long a running job may miss a pod unless `batch` says.
@@ -242,11 +295,16 @@ def kueue_configuration(batch: BatchSpec, provisioning_check: bool) -> dict[str,
         },
         "managedJobsNamespaceSelector": {
             "matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(batch.namespaces)}
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "In",
+                    "values": list(batch.queued_namespaces),
+                }
             ]
         },
         "integrations": {"frameworks": list(QUEUED_FRAMEWORKS)},
         "resources": {"excludeResourcePrefixes": list(UNQUOTED_RESOURCE_PREFIXES)},
+        **({"fairSharing": FAIR_SHARING} if batch.teams else {}),
     }
 
 
@@ -342,7 +400,7 @@ class BatchQueues(pulumi.ComponentResource):
             namespace: k8s.core.v1.Namespace(
                 f"{name}-{namespace}-namespace", metadata={"name": namespace, "labels": labels}, opts=child
             )
-            for namespace in batch.namespaces
+            for namespace in batch.queued_namespaces
         }
         checks: list[pulumi.Resource] = []
         if provisioning_request_crd is not None:
@@ -359,30 +417,50 @@ class BatchQueues(pulumi.ComponentResource):
         if batch.queued_gpus_only:
             queued_gpu_pods(
                 name,
-                batch.namespaces,
+                batch.queued_namespaces,
                 [OPERATOR_NAMESPACE, KUEUE_NAMESPACE, JOBSET_NAMESPACE],
                 cluster.k8s_provider,
                 self,
                 list(cluster.system_ready),
             )
         check_names = [PROVISIONING_CHECK] if checks else []
+        for priority in workload_priority_classes() if batch.teams else []:
+            CustomObject(f"{name}-{priority['metadata']['name']}-priority", priority, after_kueue)
         for pool in cluster.pools:
             flavor = _custom_resource(f"{name}-{pool.spec.name}-flavor", resource_flavor(pool), after_kueue)
-            queue = _custom_resource(
-                f"{name}-{pool.spec.name}-queue",
-                cluster_queue(pool, batch.namespaces, check_names),
-                pulumi.ResourceOptions.merge(
-                    after_kueue, pulumi.ResourceOptions(depends_on=[flavor, *checks])
-                ),
+            after_flavor = pulumi.ResourceOptions.merge(
+                after_kueue, pulumi.ResourceOptions(depends_on=[flavor, *checks])
             )
-            for namespace, team_namespace in team_namespaces.items():
-                _custom_resource(
-                    f"{name}-{namespace}-{pool.spec.name}-queue",
-                    local_queue(pool.spec.name, namespace),
-                    pulumi.ResourceOptions.merge(
-                        after_kueue, pulumi.ResourceOptions(depends_on=[queue, team_namespace])
-                    ),
-                )
+            # (queue resource, its ClusterQueue's name, the namespaces it serves)
+            queues: list[tuple[pulumi.Resource, str, Sequence[str]]] = []
+            if batch.teams:
+                parts = team_quotas(pool, batch.teams)
+                for team in batch.teams:
+                    manifest = cluster_queue(pool, team.namespaces, check_names, team, parts[team.name])
+                    queue_name = manifest["metadata"]["name"]
+                    queue = _custom_resource(f"{name}-{queue_name}-queue", manifest, after_flavor)
+                    queues.append((queue, queue_name, team.namespaces))
+            else:
+                manifest = cluster_queue(pool, batch.queued_namespaces, check_names)
+                queue = _custom_resource(f"{name}-{pool.spec.name}-queue", manifest, after_flavor)
+                queues.append((queue, pool.spec.name, batch.queued_namespaces))
+            for backing_queue, queue_name, namespaces in queues:
+                for namespace in namespaces:
+                    # A LocalQueue's clusterQueue is immutable (Kueue CRD: self == oldSelf): moving a
+                    # namespace between the shared and a team's queue replaces it, the old one deleted first
+                    # (the new one has its name).
+                    _custom_resource(
+                        f"{name}-{namespace}-{pool.spec.name}-queue",
+                        local_queue(pool.spec.name, namespace, queue_name),
+                        pulumi.ResourceOptions.merge(
+                            after_kueue,
+                            pulumi.ResourceOptions(
+                                depends_on=[backing_queue, team_namespaces[namespace]],
+                                replace_on_changes=["spec.clusterQueue"],
+                                delete_before_replace=True,
+                            ),
+                        ),
+                    )
         self.register_outputs({})
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Annotated
 
 from pydantic import Field
@@ -37,12 +37,32 @@ MIN_PODS_READY_MINUTES = 10
 MIN_RECOVERY_SECONDS = 60
 
 
-class BatchSpec(StrictModel):
-    """`batch`: Kueue in front of the GPU pools: a queue per pool whose quota is the pool at maxNodes, a
-    LocalQueue per pool in each listed namespace, all-or-nothing admission."""
+# A team's queue is named `<pool>-<team>`: a pool name (at most 40 characters) and this stay a DNS label.
+MAX_TEAM_NAME = 20
+# Kueue WorkloadPriorityClasses made with `teams`: a job labelled kueue.x-k8s.io/priority-class=<name> gets
+# the value; one without the label has priority 0 (Kueue concepts/workload_priority_class at v0.19.2).
+TEAM_PRIORITIES = {"gpu-k8s-high": 1000, "gpu-k8s-low": -1000}
 
-    # The teams' namespaces (created by the stack) whose jobs queue for the GPU pools.
+
+class TeamSpec(StrictModel):
+    """`batch.teams[]`: a team, its namespaces and its share of every GPU pool."""
+
+    name: str
     namespaces: Annotated[tuple[str, ...], Field(min_length=1)]
+    # Percent of each pool's quota the team is guaranteed; the shares of all teams add up to 100.
+    share: Annotated[int, Field(ge=1, le=100)]
+
+
+class BatchSpec(StrictModel):
+    """`batch`: Kueue in front of the GPU pools: a queue per pool whose quota is the pool at maxNodes (or,
+    with `teams`, a queue per pool and team in a cohort per pool), a LocalQueue per pool in each queued
+    namespace, all-or-nothing admission."""
+
+    # The namespaces (created by the stack) whose jobs share the GPU pools' queues; or `teams`.
+    namespaces: Annotated[tuple[str, ...], Field(min_length=1)] | None = None
+    # Teams that each hold a share of every pool, borrow what the others leave unused and get it back when
+    # they need it (review-training.md T14); instead of `namespaces`.
+    teams: Annotated[tuple[TeamSpec, ...], Field(min_length=1)] | None = None
     # How long an admitted job may take until all its pods run (scaling a pool up from zero included);
     # after it, the job is evicted and queued again (Kueue waitForPodsReady).
     pods_ready_timeout: str = "30m"
@@ -58,26 +78,33 @@ class BatchSpec(StrictModel):
     # gpu-k8s.io/unqueued-gpus=allowed) are refused, so the quotas hold (review-training.md T10).
     queued_gpus_only: bool = True
 
+    @property
+    def queued_namespaces(self) -> tuple[str, ...]:
+        """Every namespace whose jobs queue: the listed ones, or the teams' in order."""
+        if self.teams:
+            return tuple(namespace for team in self.teams for namespace in team.namespaces)
+        return self.namespaces or ()
 
-def batch_issues(batch: BatchSpec) -> Iterable[ConfigIssue]:
-    seen: set[str] = set()
-    for index, namespace in enumerate(batch.namespaces):
-        where = config_path("batch", "namespaces", index)
-        if len(namespace) > 63 or not DNS_LABEL.match(namespace):
-            yield ConfigIssue(
-                where, namespace, "not a namespace name", "use a lowercase DNS label, e.g. research"
-            )
-        elif namespace in RESERVED_NAMESPACES or namespace.startswith(RESERVED_NAMESPACE_PREFIXES):
-            yield ConfigIssue(
-                where,
-                namespace,
-                "exists in every cluster, belongs to an add-on the stack installs, or is kept by "
-                "Kubernetes or GKE (kube-*, gke-*, gmp-*)",
-                "list your teams' own namespaces (the stack creates them)",
-            )
-        elif namespace in seen:
-            yield ConfigIssue(where, namespace, "listed twice", "list each namespace once")
-        seen.add(namespace)
+
+def team_queue_name(pool: str, team: str) -> str:
+    return f"{pool}-{team}"
+
+
+def batch_issues(batch: BatchSpec, pool_names: Sequence[str] = ()) -> Iterable[ConfigIssue]:
+    if (batch.namespaces is None) == (batch.teams is None):
+        yield ConfigIssue(
+            config_path("batch"),
+            "namespaces and teams" if batch.teams else "neither namespaces nor teams",
+            "needs exactly one of `namespaces` (one queue per pool, shared) and `teams` (a share of each "
+            "pool per team)",
+            "keep one: e.g. namespaces: [research]",
+        )
+        return
+    if batch.teams:
+        yield from _team_issues(batch.teams)
+        yield from _queue_name_issues(batch.teams, pool_names)
+    else:
+        yield from _namespace_issues(batch.namespaces or (), ("batch", "namespaces"))
     yield from _duration_issues(
         "podsReadyTimeout",
         batch.pods_ready_timeout,
@@ -95,6 +122,80 @@ def batch_issues(batch: BatchSpec) -> Iterable[ConfigIssue]:
         "would wait for it forever)",
         'use "5m"',
     )
+
+
+def _team_issues(teams: tuple[TeamSpec, ...]) -> Iterable[ConfigIssue]:
+    names: set[str] = set()
+    owner: dict[str, str] = {}
+    for index, team in enumerate(teams):
+        where = ("batch", "teams", index)
+        if len(team.name) > MAX_TEAM_NAME or not DNS_LABEL.match(team.name):
+            yield ConfigIssue(
+                config_path(*where, "name"),
+                team.name,
+                f"not a team name (a lowercase DNS label of at most {MAX_TEAM_NAME} characters: it names "
+                "the team's queue of each pool, <pool>-<team>)",
+                "e.g. research",
+            )
+        elif team.name in names:
+            yield ConfigIssue(config_path(*where, "name"), team.name, "names two teams", "name each once")
+        names.add(team.name)
+        yield from _namespace_issues(team.namespaces, (*where, "namespaces"))
+        for position, namespace in enumerate(team.namespaces):
+            if owner.get(namespace, team.name) != team.name:
+                yield ConfigIssue(
+                    config_path(*where, "namespaces", position),
+                    namespace,
+                    f"already belongs to team {owner[namespace]}: a namespace's jobs go to one team's queues",
+                    "give each namespace to one team",
+                )
+            owner.setdefault(namespace, team.name)
+    total = sum(team.share for team in teams)
+    if total != 100:
+        yield ConfigIssue(
+            config_path("batch", "teams"),
+            f"shares adding up to {total}",
+            "the teams' shares divide each pool: they must add up to 100 (percent)",
+            "adjust the `share` of each team so they total 100",
+        )
+
+
+def _queue_name_issues(teams: tuple[TeamSpec, ...], pool_names: Sequence[str]) -> Iterable[ConfigIssue]:
+    """Two (pool, team) pairs whose queue names run together ("a-b" + "c" and "a" + "b-c")."""
+    named: dict[str, tuple[str, str]] = {}
+    for index, team in enumerate(teams):
+        for pool in pool_names:
+            queue = team_queue_name(pool, team.name)
+            other = named.setdefault(queue, (pool, team.name))
+            if other != (pool, team.name):
+                yield ConfigIssue(
+                    config_path("batch", "teams", index, "name"),
+                    team.name,
+                    f"gives pool {pool} the queue name {queue}, which pool {other[0]} and team {other[1]} "
+                    "already have",
+                    "rename the team (or a pool) so no two pool-team names are the same",
+                )
+
+
+def _namespace_issues(namespaces: tuple[str, ...], where: tuple[str | int, ...]) -> Iterable[ConfigIssue]:
+    seen: set[str] = set()
+    for index, namespace in enumerate(namespaces):
+        path = config_path(*where, index)
+        if len(namespace) > 63 or not DNS_LABEL.match(namespace):
+            yield ConfigIssue(
+                path, namespace, "not a namespace name", "use a lowercase DNS label, e.g. research"
+            )
+        elif namespace in RESERVED_NAMESPACES or namespace.startswith(RESERVED_NAMESPACE_PREFIXES):
+            yield ConfigIssue(
+                path,
+                namespace,
+                "exists in every cluster, belongs to an add-on the stack installs, or is kept by "
+                "Kubernetes or GKE (kube-*, gke-*, gmp-*)",
+                "list your teams' own namespaces (the stack creates them)",
+            )
+        elif namespace in seen:
+            yield ConfigIssue(path, namespace, "listed twice", "list each namespace once")
+        seen.add(namespace)
 
 
 def _duration_issues(

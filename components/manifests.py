@@ -51,6 +51,17 @@ def kubernetes_object(
     return make(name, **fields, opts=opts)
 
 
+class CustomObject(pulumi.CustomResource):
+    """An object of a custom kind whose fields are not all under `spec` (a Kueue WorkloadPriorityClass has
+    a top-level `value`): pulumi_kubernetes' Python CustomResource takes only `spec`
+    (pulumi/pulumi-kubernetes#2363), while its provider, which the Node.js SDK's `otherFields` rely on,
+    sends the object as given under the same type token (kubernetes:<apiVersion>:<kind>)."""
+
+    def __init__(self, name: str, manifest: Mapping[str, Any], opts: pulumi.ResourceOptions):
+        token = f"kubernetes:{manifest['apiVersion']}:{manifest['kind']}"
+        super().__init__(token, name, dict(manifest), opts)
+
+
 def resource_name_part(object_name: str) -> str:
     """An object's name (RBAC names such as `system:cloud-controller-manager` included) as a resource-name
     part."""

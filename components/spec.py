@@ -753,7 +753,7 @@ def _semantic_issues(spec: ClusterSpec, given: Any, catalog: Catalog) -> Iterabl
     yield from spec.platform_issues()
     yield from addon_issues(spec.addon_versions)
     if spec.batch is not None:
-        yield from batch_issues(spec.batch)
+        yield from batch_issues(spec.batch, [pool.name for pool in spec.gpu_pools])
     if spec.monitoring is not None:
         yield from monitoring_issues(spec.monitoring)
     yield from _foreign_section_issues(spec, "storage", given.storage, f"{spec.cloud}/{spec.kind}")

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import copy
 import re
+from types import SimpleNamespace
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
 from gpu_k8s.tools.engine import Recording, run_program
-from tests.conftest import assert_refused_before_any_resource, set_path, some, upstream
+from tests.conftest import assert_refused_before_any_resource, set_path, some, upstream, upstream_yaml
+from tests.test_charts import crd_schemas, validate_custom_resource
 
 KUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:"
 
@@ -451,3 +453,186 @@ def test_kueue_queues_every_framework_its_chart_does(aws_eks):
     assert {"jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob", "kubeflow.org/mpijob"} <= set(
         frameworks
     )
+
+
+# --- teams (review-training.md T14) -------------------------------------------------------------------------
+
+TEAMS = [
+    {"name": "research", "namespaces": ["research", "research-dev"], "share": 70},
+    {"name": "prod", "namespaces": ["prod"], "share": 30},
+]
+
+
+@pytest.fixture(scope="module")
+def teams_plan(aws_eks_config) -> Recording:
+    config = copy.deepcopy(aws_eks_config)
+    config["gpu-k8s:cluster"]["batch"] = {"teams": copy.deepcopy(TEAMS)}
+    return run_program("teams", config)
+
+
+def test_each_team_holds_its_share_of_each_pool_in_the_pools_cohort(teams_plan, aws_eks):
+    pool_quota = {name: quotas(queue) for name, queue in kueue_objects(aws_eks, "ClusterQueue").items()}
+    queues = kueue_objects(teams_plan, "ClusterQueue")
+    assert set(queues) == {f"{pool}-{team['name']}" for pool in pool_quota for team in TEAMS}
+    for pool, whole in some(pool_quota.items(), at_least=5):
+        research, prod = queues[f"{pool}-research"], queues[f"{pool}-prod"]
+        for resource, total in whole.items():
+            # The parts add up to the pool, and each is its share give or take the one unit rounding moves.
+            assert quotas(research)[resource] + quotas(prod)[resource] == total
+            assert abs(quotas(research)[resource] - total * 0.7) < 1
+        for queue, team in ((research, TEAMS[0]), (prod, TEAMS[1])):
+            spec = queue["spec"]
+            assert spec["cohortName"] == pool
+            assert spec["preemption"] == {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
+            assert spec["fairSharing"] == {"weight": team["share"]}
+            assert spec["namespaceSelector"]["matchExpressions"][0]["values"] == team["namespaces"]
+            assert spec["admissionChecksStrategy"] == {"admissionChecks": [{"name": "gpu-nodes-provisioned"}]}
+    # Worked by hand: 16 H100s and 64 EFA devices of h100-train at 70/30: 11.2/4.8 GPUs and 44.8/19.2
+    # devices, the unit left by rounding down going to the larger remainder (0.8).
+    assert quotas(queues["h100-train-research"]) == {"nvidia.com/gpu": 11, "vpc.amazonaws.com/efa": 45}
+    assert quotas(queues["h100-train-prod"]) == {"nvidia.com/gpu": 5, "vpc.amazonaws.com/efa": 19}
+
+
+def test_a_teams_namespaces_queue_to_its_queues_under_the_pools_names(teams_plan):
+    local = kueue_objects(teams_plan, "LocalQueue")
+    pools = {"l40s", "a10g-shared", "l4-mps", "h100", "h100-train"}
+    expected = {
+        f"{namespace}/{pool}": f"{pool}-{team['name']}"
+        for team in TEAMS
+        for namespace in team["namespaces"]
+        for pool in pools
+    }
+    assert {key: queue["spec"]["clusterQueue"] for key, queue in local.items()} == expected
+    (lq,) = [r for r in teams_plan.by_type(KUEUE + "LocalQueue") if r.name == "ml-batch-prod-h100-queue"]
+    (cq,) = [r for r in teams_plan.by_type(KUEUE + "ClusterQueue") if r.name == "ml-batch-h100-prod-queue"]
+    assert cq.urn in lq.dependencies
+    # Its ClusterQueue cannot change in place (Kueue's CRD: self == oldSelf): a move replaces it, old first.
+    assert lq.options["replaceOnChanges"] == ["spec.clusterQueue"] and lq.options["deleteBeforeReplace"]
+    config = kueue_config(teams_plan)
+    assert config["fairSharing"] == {
+        "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+    }
+    assert config["managedJobsNamespaceSelector"]["matchExpressions"][0]["values"] == [
+        "research",
+        "research-dev",
+        "prod",
+    ]
+
+
+def test_teams_get_two_workload_priorities_and_plans_without_teams_none(teams_plan, aws_eks):
+    priorities = {
+        r.inputs["metadata"]["name"]: r.inputs for r in teams_plan.by_type(KUEUE + "WorkloadPriorityClass")
+    }
+    assert {name: p["value"] for name, p in priorities.items()} == {
+        "gpu-k8s-high": 1000,
+        "gpu-k8s-low": -1000,
+    }
+    assert not aws_eks.by_type(KUEUE + "WorkloadPriorityClass")
+    assert "fairSharing" not in kueue_config(aws_eks)
+
+
+def test_the_team_objects_pass_the_pinned_crds(teams_plan):
+    crds = [
+        upstream_yaml(f"kueue/0.19.2/crds/kueue.x-k8s.io_{kind}.yaml")
+        for kind in ("clusterqueues", "localqueues", "workloadpriorityclasses")
+    ]
+    schemas = crd_schemas(crds)
+    objects = [
+        r.inputs
+        for kind in ("ClusterQueue", "LocalQueue", "WorkloadPriorityClass")
+        for r in teams_plan.by_type(KUEUE + kind)
+    ]
+    for obj in some(objects, at_least=20):
+        validate_custom_resource(obj, schemas)
+
+
+def test_rounding_gives_the_left_over_units_to_the_largest_remainders():
+    from gpu_k8s.components.batch import team_quotas
+    from gpu_k8s.components.batch_spec import TeamSpec
+
+    def pool(gpus: int) -> Any:
+        """The parts of a GpuPool team_quotas reads."""
+        offer = SimpleNamespace(resources={"nvidia.com/gpu": gpus})
+        return SimpleNamespace(spec=SimpleNamespace(max_nodes=1), offer=offer, interconnect_resources={})
+
+    def teams(*shares: tuple[str, int]) -> list[TeamSpec]:
+        return [TeamSpec(name=name, namespaces=(name,), share=share) for name, share in shares]
+
+    # 3.3, 3.3 and 3.4 GPUs: 3 each, and the tenth to the largest remainder, c.
+    assert team_quotas(pool(10), teams(("a", 33), ("b", 33), ("c", 34))) == {
+        "a": {"nvidia.com/gpu": 3},
+        "b": {"nvidia.com/gpu": 3},
+        "c": {"nvidia.com/gpu": 4},
+    }
+    # 0.5 each: the first listed wins the tie; the other still borrows the GPU while it is idle.
+    assert team_quotas(pool(1), teams(("a", 50), ("b", 50))) == {
+        "a": {"nvidia.com/gpu": 1},
+        "b": {"nvidia.com/gpu": 0},
+    }
+
+
+BAD_TEAMS = [
+    (
+        "namespaces-and-teams",
+        {"namespaces": ["research"], "teams": TEAMS},
+        "gpu-k8s:cluster.batch",
+        ("exactly one of `namespaces`",),
+    ),
+    ("neither", {"podsReadyTimeout": "30m"}, "gpu-k8s:cluster.batch", ("exactly one of",)),
+    (
+        "shares-not-100",
+        {"teams": [{**TEAMS[0], "share": 60}, TEAMS[1]]},
+        "gpu-k8s:cluster.batch.teams",
+        ("add up to 100", "adding up to 90"),
+    ),
+    (
+        "namespace-in-two-teams",
+        {"teams": [TEAMS[0], {**TEAMS[1], "namespaces": ["prod", "research"]}]},
+        "gpu-k8s:cluster.batch.teams[1].namespaces[1]",
+        ("already belongs to team research",),
+    ),
+    (
+        "team-twice",
+        {"teams": [TEAMS[0], {**TEAMS[1], "name": "research"}]},
+        "gpu-k8s:cluster.batch.teams[1].name",
+        ("names two teams",),
+    ),
+    (
+        "long-team-name",
+        {"teams": [{**TEAMS[0], "name": "research-and-development"}, TEAMS[1]]},
+        "gpu-k8s:cluster.batch.teams[0].name",
+        ("at most 20 characters",),
+    ),
+    (
+        "reserved-team-namespace",
+        {"teams": [{**TEAMS[0], "namespaces": ["kube-system"]}, TEAMS[1]]},
+        "gpu-k8s:cluster.batch.teams[0].namespaces[0]",
+        ("exists in every cluster",),
+    ),
+    (
+        "zero-share",
+        {"teams": [{**TEAMS[0], "share": 0}, TEAMS[1]]},
+        "gpu-k8s:cluster.batch.teams[0].share",
+        ("at least 1",),
+    ),
+    (
+        # Pools h100 and h100-train: team "train-x" of pool h100 and team "x" of pool h100-train would both
+        # be the queue h100-train-x.
+        "queue-names-collide",
+        {
+            "teams": [
+                {"name": "x", "namespaces": ["a"], "share": 50},
+                {"name": "train-x", "namespaces": ["b"], "share": 50},
+            ]
+        },
+        "gpu-k8s:cluster.batch.teams[1].name",
+        ("h100-train-x", "pool h100-train and team x"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("batch", "path", "words"), [c[1:] for c in BAD_TEAMS], ids=[c[0] for c in BAD_TEAMS]
+)
+def test_bad_teams_are_refused_before_any_resource(aws_eks_config, batch, path, words):
+    assert_refused_before_any_resource(aws_eks_config, set_path("batch", copy.deepcopy(batch)), path, words)

@@ -99,6 +99,8 @@ def _register(registration: Registration, made: dict[str, pulumi.Resource]) -> p
         additional_secret_outputs=registration.options.get("additionalSecretOutputs"),
         ignore_changes=registration.options.get("ignoreChanges"),
         retain_on_delete=registration.options.get("retainOnDelete"),
+        replace_on_changes=registration.options.get("replaceOnChanges"),
+        delete_before_replace=registration.options.get("deleteBeforeReplace"),
     )
     inputs = _as_inputs(registration.inputs)
     if registration.type.startswith("pulumi:providers:"):
