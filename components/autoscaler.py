@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from gpu_k8s.components.helm import helm_release
 from gpu_k8s.components.inference import install_inference
 from gpu_k8s.components.manifests import kubernetes_object
 from gpu_k8s.components.monitoring import install_monitoring
+from gpu_k8s.components.prices import Price
 from gpu_k8s.components.spec import ClusterSpec, TaintSpec
 
 AUTOSCALER_HELM_REPO = "https://kubernetes.github.io/autoscaler"
@@ -196,11 +197,12 @@ def install_gpu_addons(
     cluster: GpuCluster,
     autoscaler_cloud_values: Mapping[str, Any],
     autoscaler_identity: Sequence[pulumi.Resource] = (),
+    node_price: Callable[[GpuPool], Price | None] | None = None,
 ) -> GpuCluster:
     """The GPU Operator and the cluster-autoscaler, on a platform whose autoscaler this toolkit runs; with
-    `batch`, Kueue's queues admit a job once this autoscaler has provisioned all its pods. Returns the
-    cluster with its operator."""
-    metrics = install_monitoring(spec, cluster, autoscaled=True)
+    `batch`, Kueue's queues admit a job once this autoscaler has provisioned all its pods; `node_price`
+    prices the pools for the monitoring dashboard. Returns the cluster with its operator."""
+    metrics = install_monitoring(spec, cluster, autoscaled=True, node_price=node_price)
     install_inference(spec, cluster)
     operator = GpuOperator(
         f"{spec.name}-gpu-operator",

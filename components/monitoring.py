@@ -2,20 +2,24 @@
 
 kube-prometheus-stack (the Prometheus Operator, one Prometheus, kube-state-metrics, node-exporter) on the
 system nodes; the GPU Operator's DCGM exporter is scraped through its ServiceMonitor; a PrometheusRule of
-this toolkit's alerts. Grafana and Alertmanager are left off: alerts show on Prometheus' own alerts page
-until the user routes them (their own Alertmanager, or the chart's, in their program).
+this toolkit's alerts; with `dashboards`, the chart's Grafana and a dashboard of the GPU pools
+(components/monitoring_dashboards.py). Alertmanager is left off: alerts show on Prometheus' own alerts
+page until the user routes them (their own Alertmanager, or the chart's, in their program).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpu_k8s.components.cluster import GpuCluster, PlatformTraits
+from gpu_k8s.components.cluster import GpuCluster, GpuPool, PlatformTraits
 from gpu_k8s.components.helm import helm_release
+from gpu_k8s.components.monitoring_dashboards import NODE_LABELS_ALLOWLIST, dashboard_config_map, price_rules
 from gpu_k8s.components.monitoring_spec import GpuAlertsSpec, MonitoringSpec
+from gpu_k8s.components.prices import Price
 from gpu_k8s.components.spec import ClusterSpec
 
 MONITORING_NAMESPACE = "monitoring"
@@ -186,9 +190,17 @@ def gpu_alert_rules(alerts: GpuAlertsSpec) -> list[dict[str, Any]]:
 
 
 def prometheus_rule_manifest(
-    alerts: GpuAlertsSpec, queued: bool = False, autoscaled: bool = False
+    alerts: GpuAlertsSpec,
+    queued: bool = False,
+    autoscaled: bool = False,
+    node_prices: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    groups = [*gpu_alert_rules(alerts), *capacity_alert_rules(alerts, queued, autoscaled)]
+    """The alerts, and with `node_prices` (pool: USD per node-hour) the dashboard's price series."""
+    groups = [
+        *gpu_alert_rules(alerts),
+        *capacity_alert_rules(alerts, queued, autoscaled),
+        *price_rules(node_prices or {}),
+    ]
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
@@ -223,7 +235,13 @@ def stack_values(monitoring: MonitoringSpec, traits: PlatformTraits) -> dict[str
         "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
     }
     values: dict[str, Any] = {
-        "grafana": {"enabled": False},
+        # Grafana keeps no state of its own (no volume): its dashboards are ConfigMaps; its admin password
+        # is the random one the chart keeps in the Secret it makes.
+        "grafana": (
+            {"resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}}
+            if monitoring.dashboards
+            else {"enabled": False}
+        ),
         "alertmanager": {"enabled": False},
         # Managed control planes and k3s's single binary expose no etcd, scheduler, controller-manager or
         # kube-proxy endpoint to scrape: their targets would only ever report them down (the chart drops
@@ -236,8 +254,12 @@ def stack_values(monitoring: MonitoringSpec, traits: PlatformTraits) -> dict[str
         # node-exporter keeps its host network and PID namespace, but not the host's root file system: its
         # free-space metrics of the node's mounts are the price of not handing an exporter the whole host.
         "prometheus-node-exporter": {"hostRootFsMount": {"enabled": False}},
-        # kube-state-metrics would list and watch every Secret of the cluster for a few metrics about them.
-        "kube-state-metrics": {"collectorsExclude": ["secrets"]},
+        # kube-state-metrics would list and watch every Secret of the cluster for a few metrics about them;
+        # the dashboard reads each node's pool from kube_node_labels.
+        "kube-state-metrics": {
+            "collectorsExclude": ["secrets"],
+            **({"metricLabelsAllowlist": [NODE_LABELS_ALLOWLIST]} if monitoring.dashboards else {}),
+        },
     }
     if traits.cluster_dns != "coredns":
         # The chart scrapes CoreDNS's metrics port on the `k8s-app: kube-dns` pods, which GKE's kube-dns
@@ -251,6 +273,8 @@ def stack_values(monitoring: MonitoringSpec, traits: PlatformTraits) -> dict[str
             "admissionWebhooks": {"patch": {"tolerations": tolerations}},
         }
         values["kube-state-metrics"]["tolerations"] = tolerations
+        if monitoring.dashboards:
+            values["grafana"]["tolerations"] = tolerations
     return values
 
 
@@ -268,9 +292,11 @@ class Monitoring(pulumi.ComponentResource):
         monitoring: MonitoringSpec,
         queued: bool = False,
         autoscaled: bool = False,
+        node_prices: Mapping[str, float] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-k8s:index:Monitoring", name, None, opts)
+        prices = (node_prices or {}) if monitoring.dashboards else {}
         child = pulumi.ResourceOptions(parent=self, provider=cluster.k8s_provider)
         namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
@@ -295,22 +321,41 @@ class Monitoring(pulumi.ComponentResource):
             provider=cluster.k8s_provider,
             depends_on=[namespace],
         )
-        rule = prometheus_rule_manifest(monitoring.alerts, queued, autoscaled)
+        after_release = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[self.release]))
+        rule = prometheus_rule_manifest(monitoring.alerts, queued, autoscaled, prices)
         k8s.apiextensions.CustomResource(
             f"{name}-gpu-alerts",
             api_version=rule["apiVersion"],
             kind=rule["kind"],
             metadata=rule["metadata"],
             spec=rule["spec"],
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[self.release])),
+            opts=after_release,
         )
+        if monitoring.dashboards:
+            board = dashboard_config_map(MONITORING_NAMESPACE, queued, autoscaled, priced=bool(prices))
+            k8s.core.v1.ConfigMap(
+                f"{name}-gpu-dashboard", metadata=board["metadata"], data=board["data"], opts=after_release
+            )
         self.register_outputs({})
 
 
-def install_monitoring(spec: ClusterSpec, cluster: GpuCluster, autoscaled: bool) -> pulumi.Resource | None:
+def install_monitoring(
+    spec: ClusterSpec,
+    cluster: GpuCluster,
+    autoscaled: bool,
+    node_price: Callable[[GpuPool], Price | None] | None = None,
+) -> pulumi.Resource | None:
     """The stack's `monitoring`, if it has one: the release the ServiceMonitors of the GPU Operator, Kueue
-    and (`autoscaled`: the toolkit runs it) the cluster-autoscaler wait for."""
+    and (`autoscaled`: the toolkit runs it) the cluster-autoscaler wait for. `node_price`: the platform's
+    list price of one node of a pool, for the dashboard's cost panel (pools without one are left out)."""
     if spec.monitoring is None:
         return None
     queued = spec.batch is not None
-    return Monitoring(f"{spec.name}-monitoring", cluster, spec.monitoring, queued, autoscaled).release
+    prices = {}
+    for pool in cluster.pools if node_price else []:
+        price = node_price(pool) if node_price else None
+        if price is not None:
+            prices[pool.spec.name] = price.usd_per_hour
+    return Monitoring(
+        f"{spec.name}-monitoring", cluster, spec.monitoring, queued, autoscaled, node_prices=prices
+    ).release

@@ -46,6 +46,8 @@ class MonitoringSpec(StrictModel):
     # the TSDB reaches 80% of it, even before `retention`.
     storage_gib: Annotated[int, Field(ge=MIN_STORAGE_GIB, le=16384)] = 20
     alerts: GpuAlertsSpec = GpuAlertsSpec()
+    # Grafana (the chart's) with a dashboard of the GPU pools: use, slots, queues and cost per hour.
+    dashboards: bool = True
 
 
 def prometheus_duration_seconds(text: str) -> int | None:

@@ -10,11 +10,15 @@ region's, and the figure says which it is. Spot prices move by the hour: a spot 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpu_k8s.components.availability import DATA
+
+if TYPE_CHECKING:
+    from gpu_k8s.components.cluster import GpuPool
 
 AWS_PRICES_FILE = DATA / "aws-prices.json"
 AWS_REGIONAL_PRICES_FILE = DATA / "aws-regional-prices.json"
@@ -127,3 +131,26 @@ def gcp_node_price(
     where = "us-central1" if region == "us-central1" else f"us-central1, not {region}"
     # The table's spot figures are its preemptible prices; Google changes spot prices up to once a month.
     return Price(round(total, 6), f"{'spot (preemptible table)' if spot else 'on-demand'} {where}")
+
+
+def aws_pool_node_price(region: str) -> Callable[[GpuPool], Price | None]:
+    """One node of a pool in `region` at list price, as the plan prices it."""
+    return lambda pool: aws_node_price(pool.spec.instance_type, region, pool.spec.spot)
+
+
+def gcp_machine_price(
+    machine_type: str, region: str, spot: bool, accelerator: tuple[str, int] | None
+) -> Price | None:
+    """A VM's list price: only N1 types attach GPUs; the others' GPUs are in their machine's price."""
+    return gcp_node_price(machine_type, region, spot, accelerator if machine_type.startswith("n1-") else None)
+
+
+def gcp_pool_node_price(region: str) -> Callable[[GpuPool], Price | None]:
+    """One node of a pool in `region` at list price, as the plan prices it."""
+
+    def price(pool: GpuPool) -> Price | None:
+        accelerator = pool.spec.accelerator
+        attached = (accelerator.type, accelerator.count) if accelerator else None
+        return gcp_machine_price(pool.spec.instance_type, region, pool.spec.spot, attached)
+
+    return price

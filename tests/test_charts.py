@@ -309,7 +309,7 @@ def test_device_plugin_reads_the_sharing_configmap_the_plan_creates(rendered, pl
 
 
 def test_each_sharing_mode_renders_its_own_device_plugin_section(aws_eks):
-    (configmap,) = aws_eks.by_type("kubernetes:core/v1:ConfigMap")
+    (configmap,) = [r for r in aws_eks.by_type("kubernetes:core/v1:ConfigMap") if "device-plugin" in r.name]
     data = {key: yaml.safe_load(value) for key, value in configmap.inputs["data"].items()}
     assert set(data["a10g-shared"]["sharing"]) == {"timeSlicing"}
     assert data["a10g-shared"]["sharing"]["timeSlicing"]["resources"] == [

@@ -113,8 +113,11 @@ def test_k3s_lets_the_monitoring_namespace_run_on_the_servers_and_tolerate_them(
 def test_values_keep_node_exporter_off_the_hosts_root_and_the_volume_with_the_server():
     values = stack_values(MonitoringSpec(storage_gib=50, retention="30d"), traits())
     assert values["prometheus-node-exporter"] == {"hostRootFsMount": {"enabled": False}}
-    # kube-state-metrics lists and watches no Secret.
-    assert values["kube-state-metrics"] == {"collectorsExclude": ["secrets"]}
+    # kube-state-metrics lists and watches no Secret, and copies each node's pool into kube_node_labels.
+    assert values["kube-state-metrics"] == {
+        "collectorsExclude": ["secrets"],
+        "metricLabelsAllowlist": ["nodes=[gpu-k8s.io/pool]"],
+    }
     assert "coreDns" not in values
     spec = values["prometheus"]["prometheusSpec"]
     assert spec["retentionSize"] == "40GiB" and spec["retention"] == "30d"
@@ -128,7 +131,7 @@ def test_every_value_set_is_a_key_of_the_pinned_chart():
     chart_values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
     subchart_values = {
         name: yaml.safe_load((CHART_DIR / "charts" / name / "values.yaml").read_text())
-        for name in ("kube-state-metrics", "prometheus-node-exporter")
+        for name in ("kube-state-metrics", "prometheus-node-exporter", "grafana")
     }
 
     def walk(given: dict[str, Any], known: dict[str, Any], path: str) -> None:
@@ -447,11 +450,14 @@ def dcgm_fields() -> set[str]:
     return {row.split(",")[0].strip() for row in rows if row.strip() and not row.startswith("#")}
 
 
-def kube_state_metrics_pod_series() -> set[str]:
-    """The pod series of kube-state-metrics v2.20.0 (the kube-prometheus-stack 88.5.3 subchart's appVersion),
-    from its metrics table."""
-    table = upstream("kube-state-metrics/v2.20.0/pod-metrics.md").read_text()
-    return set(re.findall(r"^\|\s*(kube_pod_[a-z_]+)\s*\|", table, re.MULTILINE))
+def kube_state_metrics_series() -> set[str]:
+    """The pod and node series of kube-state-metrics v2.20.0 (the kube-prometheus-stack 88.5.3 subchart's
+    appVersion), from its metrics tables."""
+    names: set[str] = set()
+    for kind in ("pod", "node"):
+        table = upstream(f"kube-state-metrics/v2.20.0/{kind}-metrics.md").read_text()
+        names |= set(re.findall(r"^\|\s*(kube_[a-z_]+)\s*\|", table, re.MULTILINE))
+    return names
 
 
 def go_metric_names(relative_path: str, prefix_of: dict[str, str]) -> set[str]:
@@ -462,18 +468,23 @@ def go_metric_names(relative_path: str, prefix_of: dict[str, str]) -> set[str]:
     return {f"{prefix_of[owner]}_{name}" for owner, name in declared if owner in prefix_of}
 
 
-def test_every_series_an_alert_reads_is_one_its_exporter_publishes():
-    """A misspelt series is not an error to Prometheus: the alert just never fires. Every name the rules read
-    must be one the pinned exporter source publishes (Kueue's subsystem is constants.KueueName, "kueue" in
-    pkg/constants/constants.go at v0.19.2; the autoscaler's namespace is caNamespace in the same file)."""
-    published = {
+def exporter_series() -> dict[str, set[str]]:
+    """Series name prefix: the series its exporter's pinned source publishes."""
+    return {
         "DCGM_FI_": dcgm_fields(),
-        "kube_pod_": kube_state_metrics_pod_series(),
+        "kube_": kube_state_metrics_series(),
         "kueue_": go_metric_names("kueue/0.19.2/metrics.go", {"constants.KueueName": "kueue"}),
         "cluster_autoscaler_": go_metric_names(
             "cluster-autoscaler/cluster-autoscaler-1.36.1/metrics.go", {"caNamespace": "cluster_autoscaler"}
         ),
     }
+
+
+def test_every_series_an_alert_reads_is_one_its_exporter_publishes():
+    """A misspelt series is not an error to Prometheus: the alert just never fires. Every name the rules read
+    must be one the pinned exporter source publishes (Kueue's subsystem is constants.KueueName, "kueue" in
+    pkg/constants/constants.go at v0.19.2; the autoscaler's namespace is caNamespace in the same file)."""
+    published = exporter_series()
     manifest = prometheus_rule_manifest(GpuAlertsSpec(), queued=True, autoscaled=True)
     rules = [rule for group in manifest["spec"]["groups"] for rule in group["rules"]]
     read = {name for rule in some(rules, at_least=7) for name in rule_metric_names(rule["expr"])}

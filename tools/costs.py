@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_k8s.components.monitoring import CHART as MONITORING_CHART
-from gpu_k8s.components.prices import Price, aws_node_price, fee, gcp_node_price
+from gpu_k8s.components.prices import Price, aws_node_price, fee, gcp_machine_price
 from gpu_k8s.tools.engine import HELM_RELEASE, Recording, Registration
 
 HOURS_PER_MONTH = 730
@@ -193,12 +193,8 @@ def _gcp_price(config: dict[str, Any], region: str) -> Price | None:
     machine = str(config.get("machineType"))
     spot = bool(config.get("spot") or (config.get("scheduling") or {}).get("provisioningModel") == "SPOT")
     accelerators = config.get("guestAccelerators") or []
-    attached = (
-        (str(accelerators[0]["type"]), int(accelerators[0]["count"]))
-        if machine.startswith("n1-") and accelerators
-        else None
-    )
-    return gcp_node_price(machine, region, spot, attached)
+    attached = (str(accelerators[0]["type"]), int(accelerators[0]["count"])) if accelerators else None
+    return gcp_machine_price(machine, region, spot, attached)
 
 
 def _group_node(recording: Recording, group: Registration) -> tuple[str, bool]:

@@ -17,6 +17,7 @@ from gpu_k8s.components.cluster import GpuCluster, PlatformTraits, platform_issu
 from gpu_k8s.components.compat import DriverFacts, DriverVersion
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
+from gpu_k8s.components.prices import aws_pool_node_price
 from gpu_k8s.components.spec import SUPPORTED_KUBERNETES_MINORS, GpuPoolSpec, minor_key, pool_child_name
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
@@ -479,7 +480,11 @@ def build(spec: EksClusterSpec) -> GpuCluster:
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
     cluster = install_gpu_addons(
-        spec, eks.handle, autoscaler_cloud_values(spec.name, region), [eks.autoscaler_identity.association]
+        spec,
+        eks.handle,
+        autoscaler_cloud_values(spec.name, region),
+        [eks.autoscaler_identity.association],
+        node_price=aws_pool_node_price(region),
     )
     install_efa_device_plugin(spec.name, cluster)
     return cluster

@@ -48,6 +48,7 @@ from gpu_k8s.components.k3s.control_plane import (
 from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
 from gpu_k8s.components.k3s.server_count import server_count
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades
+from gpu_k8s.components.prices import aws_pool_node_price
 from gpu_k8s.components.spec import pool_child_name
 from gpu_k8s.providers.aws import addons
 from gpu_k8s.providers.aws.autoscaling import (
@@ -546,7 +547,10 @@ def build(spec: Ec2K3sClusterSpec) -> GpuCluster:
         opts=pulumi.ResourceOptions(providers=[provider]),
     ).handle
     cluster = install_gpu_addons(
-        spec, cluster, {**autoscaler_cloud_values(spec.name, region), **AUTOSCALER_ON_HOST_NETWORK}
+        spec,
+        cluster,
+        {**autoscaler_cloud_values(spec.name, region), **AUTOSCALER_ON_HOST_NETWORK},
+        node_price=aws_pool_node_price(region),
     )
     install_efa_device_plugin(spec.name, cluster)
     return cluster

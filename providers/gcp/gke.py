@@ -30,6 +30,7 @@ from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
 from gpu_k8s.components.inference import KEDA_API_PORTS, install_inference
 from gpu_k8s.components.kubeconfig import exec_kubeconfig, kubernetes_provider
 from gpu_k8s.components.monitoring import install_monitoring
+from gpu_k8s.components.prices import gcp_pool_node_price
 from gpu_k8s.components.sharing import SharingSpec
 from gpu_k8s.components.spec import (
     SUPPORTED_KUBERNETES_MINORS,
@@ -845,7 +846,7 @@ def build(spec: GkeClusterSpec) -> GpuCluster:
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
     # GKE's own autoscaler runs in the control plane, out of Prometheus' reach.
-    metrics = install_monitoring(spec, gke.handle, autoscaled=False)
+    metrics = install_monitoring(spec, gke.handle, autoscaled=False, node_price=gcp_pool_node_price(region))
     install_inference(spec, gke.handle)
     operator = GpuOperator(
         f"{spec.name}-gpu-operator",

@@ -43,6 +43,7 @@ from gpu_k8s.components.k3s.control_plane import (
 from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
 from gpu_k8s.components.k3s.server_count import server_count
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades
+from gpu_k8s.components.prices import gcp_pool_node_price
 from gpu_k8s.components.spec import GpuPoolSpec, pool_child_name
 from gpu_k8s.components.storage import default_storage_class_manifest, storage_class
 from gpu_k8s.providers.gcp.autoscaling import (
@@ -548,4 +549,5 @@ def build(spec: GceK3sClusterSpec) -> GpuCluster:
         cluster,
         {**autoscaler_cloud_values(groups), **AUTOSCALER_ON_HOST_NETWORK},
         k3s.autoscaler_identity,
+        node_price=gcp_pool_node_price(region),
     )
