@@ -150,13 +150,14 @@ def team_quotas(pool: GpuPool, teams: Sequence[TeamSpec]) -> dict[str, dict[str,
     add up to the pool."""
     parts: dict[str, dict[str, int]] = {team.name: {} for team in teams}
     for resource, total in queue_quota(pool).items():
-        exact = {team.name: total * team.share / 100 for team in teams}
-        for team, amount in exact.items():
-            parts[team][resource] = int(amount)
-        left = total - sum(parts[team][resource] for team in parts)
-        by_remainder = sorted(exact, key=lambda team: exact[team] - int(exact[team]), reverse=True)
-        for team in by_remainder[:left]:
-            parts[team][resource] += 1
+        # In whole hundredths, so equal remainders compare equal (as floats, 1.46 - 1 < 0.46).
+        remainders: dict[str, int] = {}
+        for team in teams:
+            parts[team.name][resource], remainders[team.name] = divmod(total * team.share, 100)
+        left = total - sum(part[resource] for part in parts.values())
+        # sorted() keeps the listed order among equal remainders.
+        for name in sorted(remainders, key=lambda name: remainders[name], reverse=True)[:left]:
+            parts[name][resource] += 1
     return parts
 
 

@@ -40,7 +40,8 @@ MIN_RECOVERY_SECONDS = 60
 # A team's queue is named `<pool>-<team>`: a pool name (at most 40 characters) and this stay a DNS label.
 MAX_TEAM_NAME = 20
 # Kueue WorkloadPriorityClasses made with `teams`: a job labelled kueue.x-k8s.io/priority-class=<name> gets
-# the value; one without the label has priority 0 (Kueue concepts/workload_priority_class at v0.19.2).
+# the value; one without the label takes its pods' PriorityClass, else the cluster's globalDefault one, else
+# 0 (Kueue 0.19.2 jobframework reconciler and util/priority).
 TEAM_PRIORITIES = {"gpu-k8s-high": 1000, "gpu-k8s-low": -1000}
 
 
@@ -161,11 +162,21 @@ def _team_issues(teams: tuple[TeamSpec, ...]) -> Iterable[ConfigIssue]:
 
 
 def _queue_name_issues(teams: tuple[TeamSpec, ...], pool_names: Sequence[str]) -> Iterable[ConfigIssue]:
-    """Two (pool, team) pairs whose queue names run together ("a-b" + "c" and "a" + "b-c")."""
+    """Two (pool, team) pairs whose queue names run together ("a-b" + "c" and "a" + "b-c"), or a pair named
+    like a pool ("a" + "b" and pool "a-b"): that pool's shared queue and cohort have the name."""
     named: dict[str, tuple[str, str]] = {}
     for index, team in enumerate(teams):
         for pool in pool_names:
             queue = team_queue_name(pool, team.name)
+            if queue in pool_names:
+                yield ConfigIssue(
+                    config_path("batch", "teams", index, "name"),
+                    team.name,
+                    f"gives pool {pool} the queue name {queue}, which is the name of pool {queue} (its "
+                    "cohort's, and its queue's without teams)",
+                    "rename the team (or a pool) so no pool-team name is a pool's",
+                )
+                continue
             other = named.setdefault(queue, (pool, team.name))
             if other != (pool, team.name):
                 yield ConfigIssue(

@@ -58,7 +58,7 @@ def queued_gpu_policy(queued: Sequence[str], exempt: Sequence[str]) -> list[dict
                 "expression": f"!({asks_for_gpu_expression()})",
                 "reason": "Forbidden",
                 "message": "GPU pods run where Kueue queues them "
-                f"(batch.namespaces: {', '.join(queued)}), so the pools' quotas hold. Fix: submit the "
+                f"(the queued namespaces: {', '.join(queued)}), so the pools' quotas hold. Fix: submit the "
                 f"job to a pool's queue there, label this namespace {OPT_OUT_LABEL}={OPT_OUT_VALUE} "
                 "(a model server, say), or set batch.queuedGpusOnly: false",
             }

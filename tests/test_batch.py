@@ -528,6 +528,11 @@ def test_teams_get_two_workload_priorities_and_plans_without_teams_none(teams_pl
         "gpu-k8s-low": -1000,
     }
     assert not aws_eks.by_type(KUEUE + "WorkloadPriorityClass")
+    (kueue,) = [r for r in teams_plan.by_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "kueue"]
+    for priority in teams_plan.by_type(KUEUE + "WorkloadPriorityClass"):
+        # Kueue's webhook checks them, so they wait for its release; made through the cluster's provider.
+        assert kueue.urn in priority.dependencies
+        assert priority.provider and priority.provider.startswith(kueue.provider.rsplit("::", 1)[0])
     assert "fairSharing" not in kueue_config(aws_eks)
 
 
@@ -568,6 +573,13 @@ def test_rounding_gives_the_left_over_units_to_the_largest_remainders():
     assert team_quotas(pool(1), teams(("a", 50), ("b", 50))) == {
         "a": {"nvidia.com/gpu": 1},
         "b": {"nvidia.com/gpu": 0},
+    }
+    # 0.08, 1.46 and 0.46: b and c tie on 0.46 (which floats would not see: 1.46 - 1 < 0.46), and b,
+    # listed first, takes the GPU rounding left.
+    assert team_quotas(pool(2), teams(("a", 4), ("b", 73), ("c", 23))) == {
+        "a": {"nvidia.com/gpu": 0},
+        "b": {"nvidia.com/gpu": 2},
+        "c": {"nvidia.com/gpu": 0},
     }
 
 
@@ -627,6 +639,13 @@ BAD_TEAMS = [
         },
         "gpu-k8s:cluster.batch.teams[1].name",
         ("h100-train-x", "pool h100-train and team x"),
+    ),
+    (
+        # Pool h100 and team train make h100-train: the other pool's name (its cohort's).
+        "queue-named-like-a-pool",
+        {"teams": [{"name": "train", "namespaces": ["a"], "share": 50}, {**TEAMS[1], "share": 50}]},
+        "gpu-k8s:cluster.batch.teams[0].name",
+        ("the name of pool h100-train",),
     ),
 ]
 

@@ -66,7 +66,7 @@ def policy(aws_eks) -> dict[str, Any]:
 def test_a_pod_asking_for_a_gpu_outside_the_queues_is_refused(policy, what, pod):
     assert refused(policy, pod), what
     (validation,) = policy["spec"]["validations"]
-    assert "batch.namespaces: research" in validation["message"]
+    assert "the queued namespaces: research" in validation["message"]
     assert f"{OPT_OUT_LABEL}=allowed" in validation["message"]
 
 

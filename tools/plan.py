@@ -273,7 +273,8 @@ CLUSTER_QUEUE_TYPE = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
 
 
 def queue_quotas(recording: Recording) -> dict[str, str]:
-    """The nominal quota of each Kueue ClusterQueue the plan creates, by queue (= pool) name."""
+    """The nominal quota of each Kueue ClusterQueue the plan creates, by queue name (a pool's, or with
+    `batch.teams` <pool>-<team>)."""
     quotas = {}
     for queue in recording.registrations:
         if queue.type == CLUSTER_QUEUE_TYPE:
@@ -303,7 +304,7 @@ def render_text(recording: Recording, full: bool = False) -> str:
         lines += [f"  {line}" for line in slot_table(pools)]
         quotas = queue_quotas(recording)
         if quotas:
-            lines += ["", "Batch queues (Kueue ClusterQueue per pool, nominal quota):"]
+            lines += ["", "Batch queues (Kueue ClusterQueues, nominal quota):"]
             lines += [_cut(f"  {name}: {quota}") for name, quota in quotas.items()]
         lines += ["", "How a pod lands on a pool (nodeSelector, tolerations, one of the resources):"]
         lines += [f"  {line}" for line in usage_lines(pools)]
