@@ -9,8 +9,8 @@
   GCP: a Secret Manager fake that checks the bearer token), the k3s install script (a stand-in that records
   how it was called) and the first server's /cacerts;
 - lays an overlay over `/` whose upper layer catches every write, bind-mounts an `/etc/hosts` naming the fakes
-  and a CA bundle holding only the fakes' CA, and replaces `sleep` and `sysctl` by recorders on PATH (the
-  host's kernel settings are never touched; retry back-off takes no time);
+  and a CA bundle holding only the fakes' CA, and replaces `sleep`, `sysctl` and `systemctl` by recorders on
+  PATH (the host's kernel settings and services are never touched; retry back-off takes no time);
 - does what cloud-init does with the document (write_files, then runcmd) in a chroot of that overlay;
 - copies what the node wrote, the console, and what each fake saw into the work directory.
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from gpu_k8s.components.k3s.cloudinit import LIB_DIR, SYSTEMD_DIR
-from gpu_k8s.providers.gcp.k3s_bootstrap import FILES, RECREATED_NODES, gce_node_bootstrap
+from gpu_k8s.providers.gcp.k3s_bootstrap import FILES, RECREATED_NODES
 from tests.conftest import user_data_files
 
 TOKEN = "ya29.recreated-nodes-test"
@@ -38,7 +38,7 @@ SAME_VM_AT = "2026-12-04T10:30:00.000+02:00"
 def node(name: str, ready: str, *, server: bool = False, provider: bool = True) -> dict[str, Any]:
     labels = {"node-role.kubernetes.io/control-plane": "true"} if server else {}
     return {
-        "metadata": {"name": name, "creationTimestamp": NODE_CREATED, "labels": labels},
+        "metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": NODE_CREATED, "labels": labels},
         "spec": {"providerID": f"gce://{PROJECT}/{ZONE}/{name}"} if provider else {},
         "status": {
             "conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": ready}]
@@ -116,23 +116,38 @@ def load_script(base: str, kubectl: Path) -> ModuleType:
     return module
 
 
-def stand_in_kubectl(tmp_path: Path, nodes: list[dict[str, Any]] | None) -> tuple[Path, Path]:
-    """kubectl that lists `nodes` (fails when None) and records each delete's arguments."""
+def stand_in_kubectl(
+    tmp_path: Path, nodes: list[dict[str, Any]] | None, replaced: tuple[str, ...] = ()
+) -> tuple[Path, Path]:
+    """kubectl that lists `nodes` (fails as kubectl does when None) and records each raw DELETE's path and
+    body, answering Conflict, as the API server does on a failed UID precondition, for Nodes `replaced`
+    since the list."""
     listing, deletes = tmp_path / "nodes.json", tmp_path / "deletes"
     if nodes is not None:
         listing.write_text(json.dumps({"items": nodes}))
     script = tmp_path / "kubectl.py"
     script.write_text(
-        "import sys\n"
+        "import json, sys\n"
         "args = sys.argv[1:]\n"
         "if args[:2] == ['get', 'nodes']:\n"
-        f"    sys.stdout.write(open({str(listing)!r}).read())\n"
-        "elif args[:2] == ['delete', 'node']:\n"
-        f"    open({str(deletes)!r}, 'a').write(' '.join(args) + '\\n')\n"
+        "    try:\n"
+        f"        sys.stdout.write(open({str(listing)!r}).read())\n"
+        "    except OSError:\n"
+        "        sys.exit('The connection to the server 127.0.0.1:6443 was refused')\n"
+        "elif args[:2] == ['delete', '--raw'] and args[3] == '-f':\n"
+        "    body = json.load(open(args[4]))\n"
+        f"    open({str(deletes)!r}, 'a').write(json.dumps([args[2], body]) + '\\n')\n"
+        f"    if args[2].rsplit('/', 1)[1] in {list(replaced)!r}:\n"
+        "        sys.exit('Error from server (Conflict): Operation cannot be fulfilled on nodes: '\n"
+        "                 'Precondition failed: UID in precondition')\n"
         "else:\n"
         "    sys.exit(2)\n"
     )
     return script, deletes
+
+
+def deleted(deletes: Path) -> list[tuple[str, dict[str, Any]]]:
+    return [tuple(json.loads(line)) for line in deletes.read_text().splitlines()]  # type: ignore[misc]
 
 
 def run(module: ModuleType, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -161,8 +176,17 @@ def test_only_the_not_ready_agent_whose_vm_is_newer_than_its_node_is_deleted(tmp
     kubectl, deletes = stand_in_kubectl(tmp_path, nodes)
     code, output = run(load_script(serve(compute), kubectl), capsys)
     assert code == 0, output
-    (deleted,) = deletes.read_text().splitlines()
-    assert deleted == "delete node ml-gpu-l4-recreated --ignore-not-found --wait=false"
+    # Only if it is still the Node listed: its UID as the delete's precondition.
+    assert deleted(deletes) == [
+        (
+            "/api/v1/nodes/ml-gpu-l4-recreated",
+            {
+                "kind": "DeleteOptions",
+                "apiVersion": "v1",
+                "preconditions": {"uid": "uid-ml-gpu-l4-recreated"},
+            },
+        )
+    ]
     # Ready Nodes and servers are not even asked about; a VM that no longer exists is the CCM's to clean up.
     assert compute.asked_about() == ["ml-gpu-l4-recreated", "ml-gpu-l4-restarting", "ml-gpu-l4-gone"]
     assert "deleted Node ml-gpu-l4-recreated" in output and TOKEN not in output
@@ -174,15 +198,27 @@ def test_a_failing_lookup_is_reported_by_its_node_and_the_others_still_checked(t
     kubectl, deletes = stand_in_kubectl(tmp_path, nodes)
     code, output = run(load_script(serve(compute), kubectl), capsys)
     assert code == 1
-    assert "checking Node ml-gpu-l4-unlucky failed (HTTPError)" in output and TOKEN not in output
-    assert deletes.read_text().split()[:3] == ["delete", "node", "ml-gpu-l4-recreated"]
+    assert "checking Node ml-gpu-l4-unlucky failed (HTTP 503)" in output and TOKEN not in output
+    assert [path for path, _ in deleted(deletes)] == ["/api/v1/nodes/ml-gpu-l4-recreated"]
+
+
+def test_a_node_another_server_already_replaced_is_left_to_its_new_vm(tmp_path, serve, capsys):
+    """Every server runs the check: the new VM's Node may have registered since this one listed the old."""
+    compute = Compute({"ml-gpu-l4-recreated": RECREATED_AT})
+    listed = [node("ml-gpu-l4-recreated", "Unknown")]
+    kubectl, deletes = stand_in_kubectl(tmp_path, listed, replaced=("ml-gpu-l4-recreated",))
+    code, output = run(load_script(serve(compute), kubectl), capsys)
+    assert code == 0, output
+    assert len(deleted(deletes)) == 1 and "deleted Node" not in output
 
 
 def test_an_api_server_that_does_not_answer_fails_the_run_without_a_traceback(tmp_path, serve, capsys):
     kubectl, deletes = stand_in_kubectl(tmp_path, None)
     code, output = run(load_script(serve(Compute({})), kubectl), capsys)
     assert code == 1
-    assert output.strip() == "gpu-k8s: listing Nodes failed (CalledProcessError)"
+    assert output.strip() == (
+        "gpu-k8s: listing Nodes failed (kubectl: The connection to the server 127.0.0.1:6443 was refused)"
+    )
     assert not deletes.exists()
 
 
@@ -200,14 +236,16 @@ def test_gcp_k3s_servers_carry_the_script_and_its_timer_and_agents_do_not(gcp_k3
     assert f"{LIB_DIR}/gce_api.py" in files  # what it imports, beside it
     service = files[f"{SYSTEMD_DIR}/gpu-k8s-recreated-nodes.service"]
     assert f"ExecStart=/usr/bin/python3 {LIB_DIR}/gpu-k8s-recreated-nodes.py" in service.splitlines()
-    assert "OnUnitActiveSec=1min" in files[f"{SYSTEMD_DIR}/gpu-k8s-recreated-nodes.timer"].splitlines()
+    timer = files[f"{SYSTEMD_DIR}/gpu-k8s-recreated-nodes.timer"].splitlines()
+    # The first run a minute after the boot starts it (OnUnitActiveSec alone never fires before one), then
+    # a minute after each, within 5 s.
+    assert {"OnActiveSec=1min", "OnUnitActiveSec=1min", "AccuracySec=5s"} <= set(timer)
     for template in gcp_k3s.by_type("gcp:compute/instanceTemplate:InstanceTemplate"):
         agent_files = user_data_files(template.inputs["metadata"]["user-data"])
         assert not [path for path in agent_files if "recreated" in path]
-    assert gce_node_bootstrap().server_tasks == (RECREATED_NODES,)
 
 
-def test_systemd_parses_the_units(gcp_k3s, tmp_path):
+def test_systemd_parses_the_units(tmp_path):
     """systemd-analyze verify: the units' sections, settings and time spans as systemd reads them."""
     analyze = shutil.which("systemd-analyze")
     if not analyze:

@@ -146,14 +146,14 @@ class ServerTask:
 
     def units(self) -> dict[str, str]:
         """The service and its timer (unit file name: content); the timer starts the service `every` after
-        it is started and after each run."""
+        it is started and after each run, within 5 s (systemd's default accuracy is a minute)."""
         service = (
             f"[Unit]\nDescription={self.description}\nAfter=k3s.service\n\n"
             f"[Service]\nType=oneshot\nExecStart=/usr/bin/python3 {self.script_path}\n"
         )
         timer = (
             f"[Unit]\nDescription={self.description}, every {self.every}\n\n"
-            f"[Timer]\nOnActiveSec={self.every}\nOnUnitActiveSec={self.every}\n\n"
+            f"[Timer]\nOnActiveSec={self.every}\nOnUnitActiveSec={self.every}\nAccuracySec=5s\n\n"
             "[Install]\nWantedBy=timers.target\n"
         )
         return {f"{self.name}.service": service, f"{self.name}.timer": timer}

@@ -9,13 +9,15 @@ lets k3s drop its password secret and the new agent register on its next attempt
 
 Only a Node that is not Ready, whose instance was created after the Node was, is deleted: a kubelet
 restarting on the same VM keeps its Node. Servers' Nodes are left alone (deleting one removes its etcd
-member: stacks/K3S.md says when to). Compute Engine's API as the service account (gce_api.py, beside this
-script); errors name their type only.
+member: stacks/K3S.md says when to). The delete names the Node's UID (a precondition): every server runs
+this, and the new VM may have registered a Node of the same name since the list was read. Compute Engine's
+API as the service account (gce_api.py, beside this script); errors name their type or status only.
 """
 
 import json
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -29,8 +31,34 @@ PROVIDER_PREFIX = "gce://"
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
 
+class KubectlFailed(Exception):
+    def __init__(self, stderr):
+        lines = stderr.strip().splitlines()
+        super().__init__(lines[-1] if lines else "no output")
+
+
 def kubectl(*args):
-    return subprocess.run([*KUBECTL, *args], check=True, capture_output=True, text=True, timeout=60).stdout
+    result = subprocess.run([*KUBECTL, *args], capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise KubectlFailed(result.stderr)
+    return result.stdout
+
+
+def delete_node(node):
+    """DELETE the Node only if it is still the one listed (its UID); False if it is gone or replaced
+    already (NotFound, or a Conflict on the precondition)."""
+    name, uid = node["metadata"]["name"], node["metadata"]["uid"]
+    options = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as body:
+        json.dump(options, body)
+        body.flush()
+        try:
+            kubectl("delete", "--raw", f"/api/v1/nodes/{urllib.parse.quote(name, safe='')}", "-f", body.name)
+        except KubectlFailed as error:
+            if "NotFound" in str(error) or "Conflict" in str(error):
+                return False
+            raise
+    return True
 
 
 def instance_created(provider_id):
@@ -64,21 +92,30 @@ def recreated(node):
     return created is not None and created > datetime.fromisoformat(metadata["creationTimestamp"])
 
 
+def describe(error):
+    """What went wrong, without any value a response carried: an HTTP status, kubectl's last line (its own
+    words), or the error's type."""
+    if isinstance(error, urllib.error.HTTPError):
+        return f"HTTP {error.code}"
+    if isinstance(error, KubectlFailed):
+        return f"kubectl: {error}"
+    return type(error).__name__
+
+
 def main():
     try:
         nodes = json.loads(kubectl("get", "nodes", "-o", "json"))["items"]
-    except (OSError, ValueError, KeyError, subprocess.SubprocessError) as error:
-        print(f"gpu-k8s: listing Nodes failed ({type(error).__name__})", file=sys.stderr)
+    except Exception as error:  # a timer's run: say what failed, never a traceback
+        print(f"gpu-k8s: listing Nodes failed ({describe(error)})", file=sys.stderr)
         return 1
     failed = False
     for node in nodes:
         name = node["metadata"]["name"]
         try:
-            if recreated(node):
-                kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")
+            if recreated(node) and delete_node(node):
                 print(f"gpu-k8s: deleted Node {name}: its VM was recreated under the same name")
-        except (OSError, ValueError, KeyError, subprocess.SubprocessError) as error:
-            print(f"gpu-k8s: checking Node {name} failed ({type(error).__name__})", file=sys.stderr)
+        except Exception as error:  # one Node's failure leaves the others checked
+            print(f"gpu-k8s: checking Node {name} failed ({describe(error)})", file=sys.stderr)
             failed = True
     return 1 if failed else 0
 
