@@ -209,6 +209,27 @@ def prometheus_rule_manifest(
     }
 
 
+# The chart's Grafana, narrowed: its sidecars read ConfigMaps of `monitoring` only (the chart's defaults
+# give them a cluster-wide role that lists and watches every ConfigMap and Secret: searchNamespace ALL,
+# resource both, rbac.namespaced false), no data source for the Alertmanager that is not installed, and no
+# calls home (Grafana's [analytics]: update checks and usage reports).
+GRAFANA_VALUES: dict[str, Any] = {
+    "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+    "rbac": {"namespaced": True},
+    "sidecar": {
+        "dashboards": {"searchNamespace": MONITORING_NAMESPACE, "resource": "configmap"},
+        "datasources": {"resource": "configmap", "alertmanager": {"enabled": False}},
+    },
+    "grafana.ini": {
+        "analytics": {
+            "check_for_updates": False,
+            "check_for_plugin_updates": False,
+            "reporting_enabled": False,
+        }
+    },
+}
+
+
 def stack_values(monitoring: MonitoringSpec, traits: PlatformTraits) -> dict[str, Any]:
     """Helm values for kube-prometheus-stack on a platform with these traits."""
     tsdb_gib = int(monitoring.storage_gib * TSDB_SHARE_OF_VOLUME)
@@ -237,11 +258,7 @@ def stack_values(monitoring: MonitoringSpec, traits: PlatformTraits) -> dict[str
     values: dict[str, Any] = {
         # Grafana keeps no state of its own (no volume): its dashboards are ConfigMaps; its admin password
         # is the random one the chart keeps in the Secret it makes.
-        "grafana": (
-            {"resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}}
-            if monitoring.dashboards
-            else {"enabled": False}
-        ),
+        "grafana": GRAFANA_VALUES if monitoring.dashboards else {"enabled": False},
         "alertmanager": {"enabled": False},
         # Managed control planes and k3s's single binary expose no etcd, scheduler, controller-manager or
         # kube-proxy endpoint to scrape: their targets would only ever report them down (the chart drops
@@ -254,6 +271,8 @@ def stack_values(monitoring: MonitoringSpec, traits: PlatformTraits) -> dict[str
         # node-exporter keeps its host network and PID namespace, but not the host's root file system: its
         # free-space metrics of the node's mounts are the price of not handing an exporter the whole host.
         "prometheus-node-exporter": {"hostRootFsMount": {"enabled": False}},
+        # Only Linux nodes run here: the chart's AIX and Darwin node dashboards would always be empty.
+        "nodeExporter": {"operatingSystems": {"aix": {"enabled": False}, "darwin": {"enabled": False}}},
         # kube-state-metrics would list and watch every Secret of the cluster for a few metrics about them;
         # the dashboard reads each node's pool from kube_node_labels.
         "kube-state-metrics": {
@@ -274,7 +293,7 @@ def stack_values(monitoring: MonitoringSpec, traits: PlatformTraits) -> dict[str
         }
         values["kube-state-metrics"]["tolerations"] = tolerations
         if monitoring.dashboards:
-            values["grafana"]["tolerations"] = tolerations
+            values["grafana"] = {**values["grafana"], "tolerations": tolerations}
     return values
 
 
@@ -303,7 +322,7 @@ class Monitoring(pulumi.ComponentResource):
             metadata={
                 "name": MONITORING_NAMESPACE,
                 # node-exporter reads the host's network and processes (hostNetwork, hostPID, hostPath):
-                # only `privileged` admits it. Nothing else runs here.
+                # only `privileged` admits it. Only the chart's pods run here.
                 "labels": {"pod-security.kubernetes.io/enforce": "privileged"},
             },
             opts=pulumi.ResourceOptions.merge(

@@ -26,7 +26,11 @@ DASHBOARD_LABEL = {"grafana_dashboard": "1"}
 DASHBOARD_NAME = "gpu-k8s-gpu-pools"
 NODE_PRICE_SERIES = "gpu_k8s:pool_node_price_usd_per_hour"
 
-_ON_POOL = f"* on (node) group_left ({POOL_SERIES_LABEL}) kube_node_labels"
+# One series per node and pool: while kube-state-metrics rolls out, two of its pods are scraped and each
+# node has two kube_node_labels series, which a join on `node` would refuse (many-to-many) and a count would
+# count twice.
+NODE_POOLS = f"max by (node, {POOL_SERIES_LABEL}) (kube_node_labels)"
+_ON_POOL = f"* on (node) group_left ({POOL_SERIES_LABEL}) {NODE_POOLS}"
 _BY_POOL = f"by ({POOL_SERIES_LABEL})"
 _GPU_REQUESTS = 'kube_pod_container_resource_requests{resource=~"nvidia_com_.*"}'
 _RUNNING = 'max by (namespace, pod) (kube_pod_status_phase{phase="Running"} == 1)'
@@ -37,7 +41,7 @@ def price_rules(node_prices: Mapping[str, float]) -> list[dict[str, Any]]:
     price table), as a series labelled like kube_node_labels, so the dashboard multiplies by running
     nodes."""
     rules = [
-        {"record": NODE_PRICE_SERIES, "expr": f"vector({price:g})", "labels": {POOL_SERIES_LABEL: pool}}
+        {"record": NODE_PRICE_SERIES, "expr": f"vector({price!r})", "labels": {POOL_SERIES_LABEL: pool}}
         for pool, price in sorted(node_prices.items())
     ]
     return [{"name": "gpu-k8s.prices", "rules": rules}] if rules else []
@@ -50,7 +54,7 @@ def pool_panels(queued: bool, autoscaled: bool, priced: bool) -> list[tuple[str,
         (
             "GPU nodes running, by pool",
             "short",
-            f"count {_BY_POOL} (kube_node_labels{{{gpu_pools}}})",
+            f"count {_BY_POOL} (max by (node, {POOL_SERIES_LABEL}) (kube_node_labels{{{gpu_pools}}}))",
         ),
         (
             "GPU busy (graphics engine active), by pool",
@@ -80,8 +84,7 @@ def pool_panels(queued: bool, autoscaled: bool, priced: bool) -> list[tuple[str,
             (
                 "Cost of the running GPU nodes, USD per hour at list price, by pool",
                 "currencyUSD",
-                f"sum {_BY_POOL} "
-                f"(kube_node_labels * on ({POOL_SERIES_LABEL}) group_left () {NODE_PRICE_SERIES})",
+                f"sum {_BY_POOL} ({NODE_POOLS} * on ({POOL_SERIES_LABEL}) group_left () {NODE_PRICE_SERIES})",
             )
         )
     if queued:

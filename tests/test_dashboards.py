@@ -23,8 +23,9 @@ from gpu_k8s.components.monitoring_dashboards import (
     price_rules,
 )
 from gpu_k8s.components.monitoring_spec import GpuAlertsSpec, MonitoringSpec
-from gpu_k8s.components.prices import aws_node_price
+from gpu_k8s.tools.costs import node_price
 from gpu_k8s.tools.engine import Recording, run_program
+from gpu_k8s.tools.plan import redact
 from tests.conftest import some, upstream
 from tests.test_monitoring import (
     CHART_DIR,
@@ -44,11 +45,25 @@ def planned_dashboard(recording: Recording) -> tuple[dict[str, Any], dict[str, A
     return board.inputs["metadata"], json.loads(content)
 
 
-def test_the_dashboard_is_a_config_map_the_charts_grafana_loads(aws_eks):
+def test_the_dashboard_is_a_config_map_the_charts_grafana_loads(aws_eks, rendered):
     metadata, board = planned_dashboard(aws_eks)
     sidecar = yaml.safe_load((CHART_DIR / "values.yaml").read_text())["grafana"]["sidecar"]["dashboards"]
-    assert sidecar["enabled"] and sidecar["searchNamespace"] == "ALL"
+    assert sidecar["enabled"]
     assert metadata["labels"] == {sidecar["label"]: sidecar["labelValue"]} == DASHBOARD_LABEL
+    # As Helm renders the release: the dashboard sidecar watches ConfigMaps of `monitoring` only, where the
+    # dashboard is, through a Role there; Grafana reads no Secret and nothing outside its namespace.
+    objects = rendered["aws_eks", "kube-prometheus-stack"].objects
+    (grafana,) = [
+        o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-grafana")
+    ]
+    containers = {c["name"]: c for c in grafana["spec"]["template"]["spec"]["containers"]}
+    env = {e["name"]: e.get("value") for e in containers["grafana-sc-dashboard"]["env"]}
+    assert env["NAMESPACE"] == metadata["namespace"] == "monitoring" and env["RESOURCE"] == "configmap"
+    assert not [o for o in objects if o["kind"] == "ClusterRole" and "grafana" in o["metadata"]["name"]]
+    (role,) = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"].endswith("-grafana")]
+    assert role["metadata"]["namespace"] == "monitoring"
+    (datasources,) = [o for o in objects if o["metadata"]["name"].endswith("-grafana-datasource")]
+    assert "alertmanager" not in yaml.safe_dump(datasources["data"]).lower()
     values = releases(aws_eks)["kube-prometheus-stack"].inputs["values"]
     assert "enabled" not in values["grafana"]  # the chart's default: on
     assert values["kube-state-metrics"]["metricLabelsAllowlist"] == ["nodes=[gpu-k8s.io/pool]"]
@@ -70,16 +85,27 @@ def test_without_dashboards_neither_grafana_nor_the_dashboard_nor_the_prices(aws
     assert "gpu-k8s.prices" not in [group["name"] for group in rule.inputs["spec"]["groups"]]
 
 
-def test_each_pool_is_priced_as_the_plan_prices_it(aws_eks, aws_eks_config):
-    (rule,) = [r for r in aws_eks.registrations if r.name.endswith("-monitoring-gpu-alerts")]
+def dashboard_prices(recording: Recording) -> dict[str, float]:
+    (rule,) = [r for r in recording.registrations if r.name.endswith("-monitoring-gpu-alerts")]
     (prices,) = [group for group in rule.inputs["spec"]["groups"] if group["name"] == "gpu-k8s.prices"]
-    priced = {r["labels"][POOL_SERIES_LABEL]: r["expr"] for r in prices["rules"]}
-    pools = aws_eks_config["gpu-k8s:cluster"]["gpuPools"]
-    for pool in some(pools, at_least=3):
-        price = aws_node_price(pool["instanceType"], "us-east-1", pool.get("spot", False))
-        assert price is not None
-        assert priced[pool["name"]] == f"vector({price.usd_per_hour:g})"
     assert {r["record"] for r in prices["rules"]} == {NODE_PRICE_SERIES}
+    return {r["labels"][POOL_SERIES_LABEL]: float(r["expr"][len("vector(") : -1]) for r in prices["rules"]}
+
+
+def test_each_pool_is_priced_as_the_plans_cost_table_prices_it(aws_eks, gcp_gke_config):
+    """The same figure as `gpu-k8s plan` (tools/costs.py node_price), unrounded; on GCP too, an N1 pool with
+    its attached GPUs."""
+    pools = redact(aws_eks.outputs["gpuPools"])
+    assert dashboard_prices(aws_eks) == {
+        pool["name"]: node_price(aws_eks, pool).usd_per_hour for pool in some(pools, at_least=5)
+    }
+    config = copy.deepcopy(gcp_gke_config)
+    config["gpu-k8s:cluster"]["monitoring"] = {}
+    gke = run_program("gke-dashboards", config)
+    pools = redact(gke.outputs["gpuPools"])
+    assert [pool for pool in pools if pool["instanceType"].startswith("n1-")]
+    expected = {pool["name"]: node_price(gke, pool) for pool in some(pools, at_least=2)}
+    assert dashboard_prices(gke) == {name: p.usd_per_hour for name, p in expected.items() if p is not None}
 
 
 def test_kube_state_metrics_names_the_pool_label_as_the_queries_do():
@@ -112,22 +138,57 @@ def test_every_panel_query_parses_and_reads_published_series(tmp_path: Path):
         assert base in published[owners[0]], f"{name} is not among the series {owners[0]}* publishes"
 
 
-def test_the_pool_and_cost_panels_compute_what_they_say(tmp_path: Path):
-    """promtool test rules: two nodes of pool l4 (one GPU each, one busy 60%, one 20%), one system node; a
-    node of l4 costs 0.805 an hour."""
+def sample(name: str, labels: dict[str, str], value: float) -> dict[str, str]:
+    """An input series of promtool's unit tests: `value` at each of six evaluations."""
+    selector = ",".join(f'{key}="{text}"' for key, text in labels.items())
+    return {"series": f"{name}{{{selector}}}", "values": f"{value}x5"}
+
+
+def test_the_pool_panels_compute_what_they_say(tmp_path: Path):
+    """promtool test rules over series labelled as scraped: pool l4 has nodes a and b, two GPUs each (busy
+    50/50 and 50/0 %, 10 of 40 GiB used on each), pool system node s; a pod holds 3 of a's 4 time-sliced
+    slots (2 + 1 in two containers), another pod is pending; an l4 node costs 0.805 an hour.
+    kube-state-metrics is rolling out: two of its pods report the node labels."""
     panels = {title: expr for title, _, expr in pool_panels(queued=False, autoscaled=False, priced=True)}
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": price_rules({"l4": 0.805})}))
+    ksm = {"job": "kube-state-metrics", "namespace": "monitoring", "service": "kube-state-metrics"}
+    dcgm = {"job": "nvidia-dcgm-exporter", "namespace": "gpu-operator", "pod": "nvidia-dcgm-exporter-x"}
     series = [
-        {"series": f'kube_node_labels{{node="{node}",{POOL_SERIES_LABEL}="{pool}"}}', "values": "1x5"}
+        sample("kube_node_labels", {**ksm, "pod": ksm_pod, "node": node, POOL_SERIES_LABEL: pool}, 1)
+        for ksm_pod in ("ksm-old", "ksm-new")
         for node, pool in (("a", "l4"), ("b", "l4"), ("s", "system"))
     ]
+    for node, gpu, busy in (("a", "0", 0.5), ("a", "1", 0.5), ("b", "0", 0.5), ("b", "1", 0.0)):
+        labels = {**dcgm, "node": node, "gpu": gpu, "Hostname": node}
+        series += [
+            sample("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, busy),
+            sample("DCGM_FI_DEV_FB_USED", labels, 10240),
+            sample("DCGM_FI_DEV_FB_FREE", labels, 30720),
+        ]
+    gpus = {"resource": "nvidia_com_gpu", "unit": "integer"}
     series += [
-        {"series": f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{node="{node}",gpu="0"}}', "values": f"{busy}x5"}
-        for node, busy in (("a", 0.6), ("b", 0.2))
+        sample("kube_node_status_allocatable", {**ksm, "node": node, **gpus}, 4) for node in ("a", "b")
     ]
+    for pod, container, node, count, phase in (
+        ("train", "main", "a", 2, "Running"),
+        ("train", "side", "a", 1, "Running"),
+        ("wait", "main", "", 1, "Pending"),
+    ):
+        pod_labels = {**ksm, "namespace": "t", "pod": pod}
+        series += [
+            sample(
+                "kube_pod_container_resource_requests",
+                {**pod_labels, "container": container, "node": node, **gpus},
+                count,
+            ),
+            sample("kube_pod_status_phase", {**pod_labels, "phase": phase}, 1),
+        ]
     expected = {
         "GPU nodes running, by pool": 2,
-        "GPU busy (graphics engine active), by pool": 0.4,
+        "GPU busy (graphics engine active), by pool": 0.375,
+        "GPU memory used, by pool": 0.25,
+        "GPU slots held by running pods, by pool": 3,
+        "GPU slots the pools' nodes offer, by pool": 8,
         "Cost of the running GPU nodes, USD per hour at list price, by pool": 1.61,
     }
     tests = {
@@ -155,6 +216,11 @@ def test_the_pool_and_cost_panels_compute_what_they_say(tmp_path: Path):
     assert promtool(tmp_path, "test rules", tests).returncode != 0
 
 
+def test_a_price_is_recorded_as_the_tables_have_it():
+    (group,) = price_rules({"a100": 3.673385})
+    assert group["rules"][0]["expr"] == "vector(3.673385)"
+
+
 def test_the_dashboard_is_the_model_grafana_reads():
     board = dashboard(queued=True, autoscaled=False, priced=False)
     assert board["schemaVersion"] == 39 and board["uid"] == "gpu-k8s-gpu-pools"
@@ -175,5 +241,5 @@ def test_grafana_runs_on_the_system_nodes_with_its_values_in_the_chart():
     assert set(values["grafana"]) <= set(grafana)
     assert prometheus_rule_manifest(GpuAlertsSpec(), node_prices={"a": 1.0})["spec"]["groups"][-1] == {
         "name": "gpu-k8s.prices",
-        "rules": [{"record": NODE_PRICE_SERIES, "expr": "vector(1)", "labels": {POOL_SERIES_LABEL: "a"}}],
+        "rules": [{"record": NODE_PRICE_SERIES, "expr": "vector(1.0)", "labels": {POOL_SERIES_LABEL: "a"}}],
     }
