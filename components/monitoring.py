@@ -17,7 +17,12 @@ import pulumi_kubernetes as k8s
 
 from gpu_k8s.components.cluster import GpuCluster, GpuPool, PlatformTraits
 from gpu_k8s.components.helm import helm_release
-from gpu_k8s.components.monitoring_dashboards import NODE_LABELS_ALLOWLIST, dashboard_config_map, price_rules
+from gpu_k8s.components.monitoring_dashboards import (
+    DASHBOARD_TITLE,
+    NODE_LABELS_ALLOWLIST,
+    dashboard_config_map,
+    price_rules,
+)
 from gpu_k8s.components.monitoring_spec import GpuAlertsSpec, MonitoringSpec
 from gpu_k8s.components.prices import Price
 from gpu_k8s.components.spec import ClusterSpec
@@ -356,6 +361,25 @@ class Monitoring(pulumi.ComponentResource):
                 f"{name}-gpu-dashboard", metadata=board["metadata"], data=board["data"], opts=after_release
             )
         self.register_outputs({})
+
+
+def monitoring_access(monitoring: MonitoringSpec) -> dict[str, str]:
+    """Where to look (the stack output `monitoring`): the commands that open Prometheus and Grafana from a
+    workstation with the kubeconfig, and the dashboard's name."""
+    prometheus, grafana = f"{CHART}-prometheus", f"{CHART}-grafana"
+    access = {
+        "alerts": f"kubectl -n {MONITORING_NAMESPACE} port-forward svc/{prometheus} 9090, then "
+        "http://localhost:9090/alerts",
+    }
+    if monitoring.dashboards:
+        access |= {
+            "grafana": f"kubectl -n {MONITORING_NAMESPACE} port-forward svc/{grafana} 3000:80, then "
+            "http://localhost:3000 as admin",
+            "grafanaPassword": f"kubectl -n {MONITORING_NAMESPACE} get secret {grafana} "
+            "-o jsonpath='{.data.admin-password}' | base64 -d",
+            "dashboard": DASHBOARD_TITLE,
+        }
+    return access
 
 
 def install_monitoring(

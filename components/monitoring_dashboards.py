@@ -24,6 +24,7 @@ POOL_SERIES_LABEL = "label_gpu_k8s_io_pool"
 NODE_LABELS_ALLOWLIST = f"nodes=[{POOL_LABEL}]"
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
 DASHBOARD_NAME = "gpu-k8s-gpu-pools"
+DASHBOARD_TITLE = "GPU pools (gpu-k8s)"
 NODE_PRICE_SERIES = "gpu_k8s:pool_node_price_usd_per_hour"
 
 # One series per node and pool: while kube-state-metrics rolls out, two of its pods are scraped and each
@@ -130,7 +131,7 @@ def dashboard(queued: bool, autoscaled: bool, priced: bool) -> dict[str, Any]:
         )
     return {
         "uid": DASHBOARD_NAME,
-        "title": "GPU pools (gpu-k8s)",
+        "title": DASHBOARD_TITLE,
         "tags": ["gpu-k8s"],
         "timezone": "utc",
         "schemaVersion": 39,

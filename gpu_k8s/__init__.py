@@ -14,6 +14,7 @@ import pulumi
 
 from gpu_k8s.components.cluster import GpuCluster, PlatformTraits
 from gpu_k8s.components.configbase import ConfigError, ConfigIssue, stack_cluster_config
+from gpu_k8s.components.monitoring import monitoring_access
 from gpu_k8s.components.outputs import stack_outputs
 from gpu_k8s.components.spec import ClusterSpec, Platform, load_spec, platform_of, register_platform
 
@@ -77,8 +78,12 @@ def build_existing_eks_gpu_layer(name: str, raw: object | None = None) -> GpuClu
 
 
 def deploy_stack() -> GpuCluster:
-    """The whole stack program: read `gpu-k8s:cluster`, build it, export kubeconfig and the pool facts."""
-    cluster = build_cluster(load_spec(stack_cluster_config()))
+    """The whole stack program: read `gpu-k8s:cluster`, build it, export kubeconfig and the pool facts (and
+    with `monitoring`, where to look)."""
+    spec = load_spec(stack_cluster_config())
+    cluster = build_cluster(spec)
     for output_name, value in stack_outputs(cluster).items():
         pulumi.export(output_name, value)
+    if spec.monitoring is not None:
+        pulumi.export("monitoring", monitoring_access(spec.monitoring))
     return cluster

@@ -243,3 +243,19 @@ def test_grafana_runs_on_the_system_nodes_with_its_values_in_the_chart():
         "name": "gpu-k8s.prices",
         "rules": [{"record": NODE_PRICE_SERIES, "expr": "vector(1.0)", "labels": {POOL_SERIES_LABEL: "a"}}],
     }
+
+
+def test_the_stack_output_says_where_to_look_with_names_the_chart_renders(aws_eks, gcp_gke, rendered):
+    """`pulumi stack output monitoring`: port-forwards to the Services and the Secret the release renders."""
+    access = aws_eks.outputs["monitoring"]
+    objects = rendered["aws_eks", "kube-prometheus-stack"].objects
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
+    for command in (access["alerts"], access["grafana"]):
+        (service, ports) = re.findall(r"port-forward svc/(\S+) (\S+),", command)[0]
+        remote = int(ports.split(":")[-1])
+        assert remote in {port["port"] for port in services[service]["spec"]["ports"]}, command
+    (secret,) = re.findall(r"get secret (\S+) ", access["grafanaPassword"])
+    assert "admin-password" in secrets[secret]["data"]
+    assert access["dashboard"] == planned_dashboard(aws_eks)[1]["title"]
+    assert "monitoring" not in gcp_gke.outputs  # no `monitoring` key in that stack
