@@ -168,24 +168,19 @@ def _queue_name_issues(teams: tuple[TeamSpec, ...], pool_names: Sequence[str]) -
     for index, team in enumerate(teams):
         for pool in pool_names:
             queue = team_queue_name(pool, team.name)
-            if queue in pool_names:
-                yield ConfigIssue(
-                    config_path("batch", "teams", index, "name"),
-                    team.name,
-                    f"gives pool {pool} the queue name {queue}, which is the name of pool {queue} (its "
-                    "cohort's, and its queue's without teams)",
-                    "rename the team (or a pool) so no pool-team name is a pool's",
-                )
-                continue
             other = named.setdefault(queue, (pool, team.name))
-            if other != (pool, team.name):
-                yield ConfigIssue(
-                    config_path("batch", "teams", index, "name"),
-                    team.name,
-                    f"gives pool {pool} the queue name {queue}, which pool {other[0]} and team {other[1]} "
-                    "already have",
-                    "rename the team (or a pool) so no two pool-team names are the same",
-                )
+            if queue in pool_names:
+                taken_by = f"the name of pool {queue} (its cohort's, and its queue's without teams)"
+            elif other != (pool, team.name):
+                taken_by = f"which pool {other[0]} and team {other[1]} already have"
+            else:
+                continue
+            yield ConfigIssue(
+                config_path("batch", "teams", index, "name"),
+                team.name,
+                f"gives pool {pool} the queue name {queue}, {taken_by}",
+                "rename the team (or a pool) so each pool-team name is its own, and no pool's",
+            )
 
 
 def _namespace_issues(namespaces: tuple[str, ...], where: tuple[str | int, ...]) -> Iterable[ConfigIssue]:
