@@ -305,7 +305,7 @@ def render_text(recording: Recording, full: bool = False) -> str:
         quotas = queue_quotas(recording)
         if quotas:
             lines += ["", "Batch queues (Kueue ClusterQueues, nominal quota):"]
-            lines += [_cut(f"  {name}: {quota}") for name, quota in quotas.items()]
+            lines += [_cut(f"  {name}: {quota}") for name, quota in sorted(quotas.items())]
         lines += ["", "How a pod lands on a pool (nodeSelector, tolerations, one of the resources):"]
         lines += [f"  {line}" for line in usage_lines(pools)]
     lines += ["", "Cost:"] + [f"  {line}" for line in cost_lines(recording, prices)]
