@@ -65,7 +65,7 @@ UNQUOTED_RESOURCE_PREFIXES = ("cpu", "memory", "ephemeral-storage", "hugepages-"
 # The job kinds Kueue queues: the chart's own list at 0.19.2 (values.yaml managerConfig), so a framework
 # installed later (Kubeflow Trainer v2, the MPI operator, KubeRay, LeaderWorkerSet) is queued like JobSet
 # (review-training.md T15); Kueue leaves an integration idle while its CRD is absent. Only jobs (and pods,
-# Deployments, StatefulSets) that name a queue, in the namespaces `batch` lists, are touched.
+# Deployments, StatefulSets) that name a queue, in the queued namespaces, are touched.
 QUEUED_FRAMEWORKS = (
     "batch/job",
     "kubeflow.org/mpijob",
@@ -331,7 +331,8 @@ def kueue_values(
 
 
 class BatchQueues(pulumi.ComponentResource):
-    """Kueue, JobSet, a flavor and a queue per GPU pool, the teams' namespaces and their LocalQueues. Given
+    """Kueue, JobSet, a flavor and a queue per GPU pool (with `teams`, a queue per pool and team), the
+    queued namespaces and their LocalQueues. Given
     the ProvisioningRequest CRD of a cluster-autoscaler that serves it, the queues admit a job once that
     autoscaler has provisioned all its pods; Kueue sets its check up only if the CRD exists when it starts
     (cmd/kueue/main.go at v0.19.2, ServerSupportsProvisioningRequest), so its release waits for the CRD."""

@@ -395,7 +395,7 @@ def install_monitoring(
         return None
     queued = spec.batch is not None
     prices = {}
-    for pool in cluster.pools if node_price else []:
+    for pool in cluster.pools:
         price = node_price(pool) if node_price else None
         if price is not None:
             prices[pool.spec.name] = price.usd_per_hour

@@ -1,13 +1,14 @@
 """`monitoring.dashboards`: a Grafana dashboard of the GPU pools, provisioned as code, and the recording rules
 that price their nodes.
 
-The chart's Grafana loads every ConfigMap labelled `grafana_dashboard: "1"` in any namespace (its dashboard
-sidecar, kube-prometheus-stack 88.5.3 values `grafana.sidecar.dashboards`), with the chart's Prometheus as
-the default data source. Series are tied to pools through kube-state-metrics' `kube_node_labels`, which
-carries a node label once it is allowed (`--metric-labels-allowlist`): `gpu-k8s.io/pool` becomes
-`label_gpu_k8s_io_pool` (kube-state-metrics v2.20.0 internal/store/utils.go: "label_" + the key with each
-character outside [a-zA-Z0-9_] as `_`, in snake case). The DCGM exporter's series carry `node`
-(the ServiceMonitor's relabeling), as do kube-state-metrics' node and pod-request series.
+The chart's Grafana loads every ConfigMap labelled `grafana_dashboard: "1"` in `monitoring` (its dashboard
+sidecar, kube-prometheus-stack 88.5.3 values `grafana.sidecar.dashboards`, narrowed to that namespace in
+components/monitoring.py), with the chart's Prometheus as the default data source. Series are tied to
+pools through kube-state-metrics' `kube_node_labels`, which carries a node label once it is allowed
+(`--metric-labels-allowlist`): `gpu-k8s.io/pool` becomes `label_gpu_k8s_io_pool` (kube-state-metrics
+v2.20.0 internal/store/utils.go: "label_" + the key with each character outside [a-zA-Z0-9_] as `_`, in
+snake case). The DCGM exporter's series carry `node` (the ServiceMonitor's relabeling), as do
+kube-state-metrics' node and pod-request series.
 """
 
 from __future__ import annotations

@@ -379,12 +379,22 @@ def _model_at(root: type[BaseModel], loc: tuple[str | int, ...]) -> type[BaseMod
         field = next((f for f in model.model_fields.values() if f.alias == part), None)
         if field is None:
             return None
-        annotation = field.annotation
-        args = getattr(annotation, "__args__", ()) or (annotation,)
-        model = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        model = _model_in(field.annotation)
         if model is None:
             return None
     return model
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds, through Optional, Annotated and tuples of it
+    (`tuple[TeamSpec, ...] | None`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def _structural_issue(root: type[BaseModel], error: Mapping[str, Any]) -> ConfigIssue:

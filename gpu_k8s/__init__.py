@@ -32,6 +32,7 @@ __all__ = [
     "build_existing_eks_gpu_layer",
     "deploy_stack",
     "load_spec",
+    "monitoring_access",
     "register_platform",
     "stack_cluster_config",
     "stack_outputs",

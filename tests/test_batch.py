@@ -641,6 +641,12 @@ BAD_TEAMS = [
         ("h100-train-x", "pool h100-train and team x"),
     ),
     (
+        "unknown-team-key",
+        {"teams": [{**TEAMS[0], "weight": 2}, TEAMS[1]]},
+        "gpu-k8s:cluster.batch.teams[0].weight",
+        ("unknown key", "allowed keys: name, namespaces, share"),
+    ),
+    (
         # Pool h100 and team train make h100-train: the other pool's name (its cohort's).
         "queue-named-like-a-pool",
         {"teams": [{"name": "train", "namespaces": ["a"], "share": 50}, {**TEAMS[1], "share": 50}]},

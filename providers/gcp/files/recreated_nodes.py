@@ -11,7 +11,8 @@ Only a Node that is not Ready, whose instance was created after the Node was, is
 restarting on the same VM keeps its Node. Servers' Nodes are left alone (deleting one removes its etcd
 member: stacks/K3S.md says when to). The delete names the Node's UID (a precondition): every server runs
 this, and the new VM may have registered a Node of the same name since the list was read. Compute Engine's
-API as the service account (gce_api.py, beside this script); errors name their type or status only.
+API as the service account (gce_api.py, beside this script); an error is told by its HTTP status, its type,
+or kubectl's own last line (which names the Node, never a credential).
 """
 
 import json
