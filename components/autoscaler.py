@@ -17,7 +17,7 @@ import pulumi
 import yaml
 
 from gpu_k8s.components.batch import BatchQueues
-from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool
+from gpu_k8s.components.cluster import POOL_LABEL, SYSTEM_POOL_NAME, GpuCluster, GpuPool
 from gpu_k8s.components.configbase import duration_seconds
 from gpu_k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
 from gpu_k8s.components.helm import helm_release
@@ -30,7 +30,6 @@ from gpu_k8s.components.spec import ClusterSpec, TaintSpec
 AUTOSCALER_HELM_REPO = "https://kubernetes.github.io/autoscaler"
 AUTOSCALER_NAMESPACE = "kube-system"
 AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
-SYSTEM_POOL_NAME = "system"
 
 # The autoscaler's minor must match the cluster's (its README); the newest patch of each minor among
 # kubernetes/autoscaler's release tags (upstream/references/cluster-autoscaler-releases.json, which a test

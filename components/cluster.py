@@ -42,6 +42,8 @@ SHARING_TAINT_KEY = "gpu-k8s.io/sharing"
 # the jobs it admits); the GPU Operator, the EFA device plugin and the autoscaler's templates carry it.
 INTERCONNECT_TAINT_KEY = "gpu-k8s.io/interconnect"
 POOL_LABEL = "gpu-k8s.io/pool"
+# The pool label's value on the system nodes (k3s servers, EKS/GKE system node groups).
+SYSTEM_POOL_NAME = "system"
 
 
 def pod_security_labels(level: str) -> dict[str, str]:

@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_k8s.components.cluster import POOL_LABEL
+from gpu_k8s.components.cluster import POOL_LABEL, SYSTEM_POOL_NAME
 
 # kube-state-metrics' name for the pool label on kube_node_labels.
 POOL_SERIES_LABEL = "label_gpu_k8s_io_pool"
@@ -51,7 +51,7 @@ def price_rules(node_prices: Mapping[str, float]) -> list[dict[str, Any]]:
 
 def pool_panels(queued: bool, autoscaled: bool, priced: bool) -> list[tuple[str, str, str]]:
     """(title, Grafana unit, PromQL) of each panel: per pool unless said otherwise."""
-    gpu_pools = f'{POOL_SERIES_LABEL}!="", {POOL_SERIES_LABEL}!="system"'
+    gpu_pools = f'{POOL_SERIES_LABEL}!="", {POOL_SERIES_LABEL}!="{SYSTEM_POOL_NAME}"'
     panels = [
         (
             "GPU nodes running, by pool",

@@ -12,8 +12,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 import pulumi_tls as tls
 
-from gpu_k8s.components.autoscaler import SYSTEM_POOL_NAME
-from gpu_k8s.components.cluster import POOL_LABEL, GpuPool, PlatformTraits
+from gpu_k8s.components.cluster import POOL_LABEL, SYSTEM_POOL_NAME, GpuPool, PlatformTraits
 from gpu_k8s.components.compat import DriverFacts, operator_driver
 from gpu_k8s.components.gpu_operator import OPERATOR_NAMESPACE
 from gpu_k8s.components.k3s.cloudinit import (

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_k8s.components.autoscaler import SYSTEM_POOL_NAME
-from gpu_k8s.components.cluster import POOL_LABEL
+from gpu_k8s.components.cluster import POOL_LABEL, SYSTEM_POOL_NAME
 from gpu_k8s.providers.aws.iam import POLICY_VERSION
 
 CCM_CHART = "aws-cloud-controller-manager"

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from gpu_k8s.components.autoscaler import SYSTEM_POOL_NAME
 from gpu_k8s.components.catalog import MachineType
-from gpu_k8s.components.cluster import POOL_LABEL, GpuPool
+from gpu_k8s.components.cluster import POOL_LABEL, SYSTEM_POOL_NAME, GpuPool
 from gpu_k8s.components.spec import (
     TAINT_EFFECT_API_NAMES,
     GpuPoolSpec,

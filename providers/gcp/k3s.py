@@ -16,14 +16,11 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from gpu_k8s.components.autoscaler import (
-    SYSTEM_POOL_NAME,
-    cluster_scale_down_unneeded_time,
-    install_gpu_addons,
-)
+from gpu_k8s.components.autoscaler import cluster_scale_down_unneeded_time, install_gpu_addons
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.components.cluster import (
     POOL_LABEL,
+    SYSTEM_POOL_NAME,
     GpuCluster,
     GpuPool,
     PlatformTraits,
