@@ -22,6 +22,7 @@ import pytest
 from gpu_k8s.components.autoscaler import AUTOSCALER_IMAGE_TAGS
 from gpu_k8s.components.availability import AWS_OFFERINGS_FILE, GCP_ZONES_FILE, aws_offerings, gcp_offerings
 from gpu_k8s.components.catalog import load_catalog
+from gpu_k8s.providers.gcp.cloud_controller import SERVICE_CONTROLLER_PERMISSIONS
 from gpu_k8s.tools import reference_data
 from gpu_k8s.tools.engine import Recording, run_program
 from gpu_k8s.tools.references import (
@@ -539,3 +540,58 @@ def test_a_chart_default_passes_as_its_template_prints_it():
     # A digest-only reference is not "untagged": it is judged by its digest like any other.
     (found,) = problems([ExternalName("image", "example.com/x@sha256:" + "0" * 64, "r", "")])
     assert "names no tag" not in found
+
+
+def test_the_load_balancer_role_is_what_the_service_controllers_calls_need_and_no_more():
+    table = json.loads(reference_data.GCP_LOAD_BALANCER_FILE.read_text())
+    granted = set(SERVICE_CONTROLLER_PERMISSIONS)
+    held_before = set().union(*map(set, table["roles"].values()))
+    assert set(table["roles"]) == set(reference_data.LOAD_BALANCER_ROLES)
+    # Names that exist, and nothing the two predefined roles did not already give the servers.
+    assert sorted(granted - held_before) == []
+    # Every permission the API reference lists for a call the controller makes, where those roles held it.
+    missing = {
+        call: sorted(set(listed) & held_before - granted)
+        for call, listed in table["calls"].items()
+        if set(listed) & held_before - granted
+    }
+    assert missing == {}
+    assert {"targetPools.insert", "firewalls.patch", "regionBackendServices.update"} <= set(table["calls"])
+    # Beyond those lists, only `use` of what the controller's resources point at.
+    collections = {call.split(".")[0] for call in table["calls"]} | {"networks", "subnetworks"}
+    listed = set().union(*map(set, table["calls"].values()))
+    extra = granted - listed
+    assert extra and all(
+        p.split(".")[1] in collections and p.split(".")[2] in ("use", "useReadOnly") for p in extra
+    ), sorted(extra)
+    # What its resources point at: a forwarding rule at its target pool or backend service and address; a
+    # target pool at its health check and instances; a backend service at its health check and groups.
+    pointed_at = {"targetPools", "regionBackendServices", "addresses", "httpHealthChecks", "healthChecks"}
+    pointed_at |= {"instances", "instanceGroups", "networks", "subnetworks"}
+    used = {p.split(".")[1] for p in granted if p.split(".")[2].startswith("use")}
+    assert used == pointed_at
+
+
+def test_the_service_controllers_calls_are_followed_from_its_load_balancer_files(tmp_path: Path):
+    gce = tmp_path / "providers" / "gce"
+    gce.mkdir(parents=True)
+    (gce / "gce_loadbalancer_external.go").write_text(
+        "func (g *Cloud) ensureExternalLoadBalancer() error {\n\treturn g.CreateTargetPool()\n}\n"
+    )
+    (gce / "gce_targetpool.go").write_text(
+        "func (g *Cloud) CreateTargetPool() error {\n\tg.c.TargetPools().Insert(ctx, key, tp)\n"
+        "\treturn g.waitZones()\n}\n"
+        "func (g *Cloud) waitZones() error {\n\treturn g.c.Zones().List(ctx, f)\n}\n"
+    )
+    (gce / "gce_routes.go").write_text(
+        "func (g *Cloud) DeleteRoute() error {\n\treturn g.c.Routes().Delete(ctx, k)\n}\n"
+    )
+    (gce / "gce_routes_test.go").write_text("func (g *Cloud) x() {\n\tg.c.Firewalls().Delete(ctx, k)\n}\n")
+    operations = tmp_path / reference_data.OPERATIONS_SOURCE
+    operations.parent.mkdir(parents=True)
+    operations.write_text("op, err = o.s.GA.RegionOperations.Wait(o.projectID).Context(ctx).Do()\n")
+    assert reference_data.service_controller_calls(tmp_path) == [
+        "regionOperations.wait",
+        "targetPools.insert",
+        "zones.list",
+    ]

@@ -62,14 +62,71 @@ PERMISSIONS = (
     "compute.networks.get",
     "compute.subnetworks.get",
 )
-# What the service controller makes for a Service (providers/gce/gce_loadbalancer_external.go and
-# _internal.go at v36.3.8): forwarding rules, addresses, target pools or instance groups, health checks,
-# and firewall rules that open the Service's ports to the nodes. The repository documents no permission
-# set, so these are Google's predefined roles for load balancers ("create, modify, and delete load
-# balancers and associate resources") and for firewall rules (the role Google's own docs name for creating
-# them), granted on the project: broader than the controller needs, as the AWS controller's documented
-# policy is (ELB and security-group actions on all resources).
-LOAD_BALANCER_ROLES = ("roles/compute.loadBalancerAdmin", "roles/compute.securityAdmin")
+# What the service controller needs to give a Service its load balancer: forwarding rules, addresses,
+# target pools or instance groups and backend services, health checks, and firewall rules that open the
+# Service's ports to the nodes. The repository documents no permission set. These are, for each Compute
+# method its load-balancer code calls at v36.3.8, the permissions Google's API reference lists for it, and
+# `use` on what the resources it makes point at (a forwarding rule at its target pool, backend service and
+# address; a target pool at its health check and instances; a backend service at its health check and
+# instance groups), which those lists leave out; every one was in the two predefined roles the servers held
+# before (`roles/compute.loadBalancerAdmin` and `roles/compute.securityAdmin`), whose routes, routers, SSL,
+# security and firewall policies, URL maps, proxies and global load balancers the controller never touches
+# (upstream/references/gcp-load-balancer-permissions.json holds the calls, the lists and the two roles).
+# The writes are still project-wide: Compute grants on these resources take no cluster tag, so the
+# controller can change any load balancer or firewall rule of the project (K3S.md: a project per cluster).
+SERVICE_CONTROLLER_PERMISSIONS = (
+    "compute.addresses.create",
+    "compute.addresses.createInternal",
+    "compute.addresses.delete",
+    "compute.addresses.deleteInternal",
+    "compute.addresses.get",
+    "compute.addresses.list",
+    "compute.addresses.use",
+    "compute.firewalls.create",
+    "compute.firewalls.delete",
+    "compute.firewalls.get",
+    "compute.firewalls.update",
+    "compute.forwardingRules.create",
+    "compute.forwardingRules.delete",
+    "compute.forwardingRules.get",
+    "compute.forwardingRules.pscDelete",
+    "compute.globalOperations.get",
+    "compute.healthChecks.create",
+    "compute.healthChecks.delete",
+    "compute.healthChecks.get",
+    "compute.healthChecks.update",
+    "compute.healthChecks.useReadOnly",
+    "compute.httpHealthChecks.create",
+    "compute.httpHealthChecks.delete",
+    "compute.httpHealthChecks.get",
+    "compute.httpHealthChecks.update",
+    "compute.httpHealthChecks.useReadOnly",
+    "compute.instanceGroups.create",
+    "compute.instanceGroups.delete",
+    "compute.instanceGroups.get",
+    "compute.instanceGroups.list",
+    "compute.instanceGroups.update",
+    "compute.instanceGroups.use",
+    "compute.instances.list",
+    "compute.instances.use",
+    "compute.networks.updatePolicy",
+    "compute.networks.use",
+    "compute.regionBackendServices.create",
+    "compute.regionBackendServices.delete",
+    "compute.regionBackendServices.get",
+    "compute.regionBackendServices.update",
+    "compute.regionBackendServices.use",
+    "compute.regionOperations.get",
+    "compute.subnetworks.use",
+    "compute.targetPools.addInstance",
+    "compute.targetPools.create",
+    "compute.targetPools.delete",
+    "compute.targetPools.get",
+    "compute.targetPools.removeInstance",
+    "compute.targetPools.use",
+    "compute.zoneOperations.get",
+    "compute.zones.list",
+)
 # The controller names its health checks and firewall rules after a cluster ID it keeps in the ConfigMap
 # kube-system/ingress-uid, created at first use through the client "cloud-provider" (gce_clusterid.go,
 # gce.go Initialize): with --use-service-account-credentials that is the ServiceAccount

@@ -51,7 +51,6 @@ from gpu_k8s.providers.gcp.autoscaling import (
 from gpu_k8s.providers.gcp.backups import SnapshotBucket
 from gpu_k8s.providers.gcp.cloud_controller import (
     CLOUD_CONFIG_PATH,
-    LOAD_BALANCER_ROLES,
     GceCloudController,
     cloud_config,
     cloud_controller_manifests,
@@ -176,7 +175,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
                 after=iam_api,
                 purpose="k3s-servers",
                 display_name=f"k3s servers of {spec.name}",
-                roles=(*PD_CSI_ROLES, *LOAD_BALANCER_ROLES),
+                roles=PD_CSI_ROLES,
                 opts=child,
             ),
             agents=NodeServiceAccount(
@@ -300,7 +299,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
             f"{name}-cloud-controller",
             cloud_controller_manifests(spec.kubernetes_version, spec.name, args.traits.system_tolerations),
             k8s_provider,
-            [*servers_reachable, cloud_controller_access(self, name, args.project, identities.servers)],
+            [*servers_reachable, *cloud_controller_access(self, name, args.project, identities.servers)],
             opts=child,
         )
         system_ready: list[pulumi.Resource] = [*servers_reachable, *cloud_controller.objects]

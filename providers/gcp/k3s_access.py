@@ -8,6 +8,7 @@ import pulumi_gcp as gcp
 
 from gpu_k8s.providers.gcp.autoscaling import AUTOSCALER_READ_PERMISSIONS, AUTOSCALER_RESIZE_PERMISSIONS
 from gpu_k8s.providers.gcp.cloud_controller import PERMISSIONS as CCM_PERMISSIONS
+from gpu_k8s.providers.gcp.cloud_controller import SERVICE_CONTROLLER_PERMISSIONS
 from gpu_k8s.providers.gcp.iam import NodeServiceAccount, custom_role
 from gpu_k8s.providers.gcp.k3s_network import Identities
 from gpu_k8s.providers.gcp.pd_csi import custom_role_permissions
@@ -21,23 +22,26 @@ SERVICE_ACCOUNT_USER = "roles/iam.serviceAccountUser"
 
 def cloud_controller_access(
     parent: pulumi.Resource, name: str, project: str, servers: NodeServiceAccount
-) -> gcp.projects.IAMMember:
-    """The CCM runs on the servers, on their network, as their service account: read instances, zones
-    and the network."""
-    role = custom_role(
-        f"{name}-cloud-controller-role",
-        project,
-        f"cloud controller manager of {name}",
-        CCM_PERMISSIONS,
-        parent,
-    )
-    return gcp.projects.IAMMember(
-        f"{name}-cloud-controller-reads",
-        project=project,
-        role=role.name,
-        member=servers.member,
-        opts=pulumi.ResourceOptions(parent=parent),
-    )
+) -> list[gcp.projects.IAMMember]:
+    """The CCM runs on the servers, on their network, as their service account: its node controllers read
+    instances, zones and the network; its service controller makes load balancers and their firewall rules.
+    Two roles, so that the plan shows the reads apart from the project-wide writes."""
+    grants = []
+    for part, title, permissions, verb in (
+        ("cloud-controller", "cloud controller manager", CCM_PERMISSIONS, "reads"),
+        ("load-balancer", "load balancers", SERVICE_CONTROLLER_PERMISSIONS, "writes"),
+    ):
+        role = custom_role(f"{name}-{part}-role", project, f"{title} of {name}", permissions, parent)
+        grants.append(
+            gcp.projects.IAMMember(
+                f"{name}-{part}-{verb}",
+                project=project,
+                role=role.name,
+                member=servers.member,
+                opts=pulumi.ResourceOptions(parent=parent),
+            )
+        )
+    return grants
 
 
 def pd_csi_access(
