@@ -18,6 +18,7 @@ from typing import Any
 
 DATA = Path(__file__).parent / "data"
 AWS_OFFERINGS_FILE = DATA / "aws-gpu-offerings.json"
+AWS_NETWORK_CARDS_FILE = DATA / "aws-network-cards.json"
 GCP_ZONES_FILE = DATA / "gcp-gpu-zones.json"
 # SkyPilot's names for the GPUs that attach to N1 VMs -> Compute Engine's accelerator types (the catalog's
 # gcp_n1_attachable_accelerators).

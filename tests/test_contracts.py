@@ -329,7 +329,9 @@ def test_efa_launch_templates_and_placement_groups_are_what_ec2_takes(aws_eks, a
         for interface in template.inputs["networkInterfaces"]:
             keys = {INTERFACE_MEMBERS.get(key, key[0].upper() + key[1:]) for key in interface}
             assert keys <= members, keys - members
-            assert interface["interfaceType"] == "efa"
+            assert interface["interfaceType"] in {"interface", "efa", "efa-only"} & enum(
+                ec2_model, "NetworkInterfaceType"
+            )
     placements = [*aws_eks.by_type("aws:ec2/placementGroup:PlacementGroup")]
     placements += aws_k3s_efa.by_type("aws:ec2/placementGroup:PlacementGroup")
     for placement in some(placements, at_least=2):

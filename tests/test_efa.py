@@ -6,11 +6,16 @@ refusals where EFA cannot be had."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
 import yaml
 
+from gpu_k8s.components.availability import AWS_NETWORK_CARDS_FILE
+from gpu_k8s.components.catalog import load_catalog
+from gpu_k8s.providers.aws.efa import network_cards
+from gpu_k8s.providers.aws.nodes import EfaInterface, efa_layout
 from gpu_k8s.tools.engine import Recording, run_program
 from tests.conftest import (
     AWS_K3S_EFA_POOL,
@@ -19,18 +24,25 @@ from tests.conftest import (
     set_path,
     some,
 )
+from tests.test_examples import plan_existing_eks
 
 POOL = "ml-gpu-h100-train"
 EFA = "vpc.amazonaws.com/efa"
 
 
+def assert_efa_only_layout_of_a_p5(interfaces: list[dict[str, Any]]) -> None:
+    """p5.48xlarge: 32 network cards, each taking EFA-only (components/data/aws-network-cards.json); AWS's
+    layout: the ENA primary and an EFA-only on card 0, an EFA-only as device 0 of each other card."""
+    layout = [(i["networkCardIndex"], i["deviceIndex"], i["interfaceType"]) for i in interfaces]
+    assert layout == [(0, 0, "interface"), (0, 1, "efa-only")] + [
+        (card, 0, "efa-only") for card in range(1, 32)
+    ]
+
+
 def test_each_network_card_gets_an_efa_carrying_the_cluster_security_group(aws_eks):
     template = aws_eks.by_name(f"{POOL}-lt").inputs
     interfaces = template["networkInterfaces"]
-    # p5.48xlarge: 32 EFA interfaces (catalog: EC2 DescribeInstanceTypes MaximumEfaInterfaces).
-    assert [i["networkCardIndex"] for i in interfaces] == list(range(32))
-    assert [i["deviceIndex"] for i in interfaces] == [0] + [1] * 31
-    assert {i["interfaceType"] for i in interfaces} == {"efa"}
+    assert_efa_only_layout_of_a_p5(interfaces)
     (cluster,) = aws_eks.by_type("aws:eks/cluster:Cluster")
     security_group = cluster.outputs["vpcConfig"]["clusterSecurityGroupId"]
     assert all(i["securityGroups"] == [security_group] for i in interfaces)
@@ -99,7 +111,7 @@ def test_a_pool_in_a_capacity_block_keeps_the_blocks_placement(aws_eks_config):
     train["capacityReservationId"] = "cr-02168da1478b509e0"
     recording = run_program("block-efa", config)
     assert not recording.by_type("aws:ec2/placementGroup:PlacementGroup")
-    assert len(recording.by_name(f"{POOL}-lt").inputs["networkInterfaces"]) == 32
+    assert_efa_only_layout_of_a_p5(recording.by_name(f"{POOL}-lt").inputs["networkInterfaces"])
 
 
 def test_the_gpu_layer_on_an_existing_cluster_uses_its_security_group():
@@ -179,9 +191,7 @@ def test_k3s_efa_interfaces_carry_the_efa_group_and_the_primary_the_nodes_group_
     controller's balancers) uses the primary, which also carries the `nodes` group."""
     template = aws_k3s_efa.by_name(f"{K3S_POOL}-lt").inputs
     interfaces = template["networkInterfaces"]
-    assert [i["networkCardIndex"] for i in interfaces] == list(range(32))
-    assert [i["deviceIndex"] for i in interfaces] == [0] + [1] * 31
-    assert {i["interfaceType"] for i in interfaces} == {"efa"}
+    assert_efa_only_layout_of_a_p5(interfaces)
     groups = k3s_groups(aws_k3s_efa)
     nodes, efa = groups["ml-nodes-sg"].id, groups["ml-efa-sg"].id
     assert interfaces[0]["securityGroups"] == [nodes, efa]
@@ -295,7 +305,8 @@ def test_a_k3s_efa_pool_in_a_capacity_block_keeps_the_blocks_placement(aws_k3s_c
     recording = run_program("aws-k3s", config)
     assert not recording.by_type("aws:ec2/placementGroup:PlacementGroup")
     template = recording.by_name(f"{K3S_POOL}-lt").inputs
-    assert len(template["networkInterfaces"]) == 32 and "placement" not in template
+    assert_efa_only_layout_of_a_p5(template["networkInterfaces"])
+    assert "placement" not in template
 
 
 INTERCONNECT_TAINT = {"key": "gpu-k8s.io/interconnect", "value": "efa", "effect": "NoSchedule"}
@@ -351,3 +362,51 @@ def test_a_k3s_efa_node_registers_with_the_interconnect_taint(aws_k3s_efa):
     data = ec2_cloud_config(aws_k3s_efa.by_name("ml-gpu-train-lt").inputs)
     node = node_drop_in(user_data_files(data)[cloudinit.BOOTSTRAP_FILE])
     assert "gpu-k8s.io/interconnect=efa:NoSchedule" in node["node-taint"]
+
+
+P6_B300 = "p6-b300.48xlarge"
+
+
+def efa_count(layout: list[EfaInterface]) -> int:
+    return sum(i.interface_type in ("efa", "efa-only") for i in layout)
+
+
+@pytest.mark.parametrize("efa_only", [True, False])
+def test_every_efa_type_gets_as_many_efas_as_ec2_allows_on_cards_that_take_them(efa_only):
+    catalog = load_catalog()
+    efa_types = [m for m in catalog.machine_types["aws"].values() if m.efa_max_interfaces]
+    assert len(efa_types) >= 10
+    table = json.loads(AWS_NETWORK_CARDS_FILE.read_text())["types"]
+    for machine in efa_types:
+        cards = network_cards(machine.name)
+        layout = efa_layout(cards, efa_only)
+        assert efa_count(layout) == machine.efa_max_interfaces == table[machine.name]["maximumEfaInterfaces"]
+        assert all(i.interface_type in cards[i.network_card] for i in layout), machine.name
+        # One primary, and no card given two interfaces of one device index.
+        assert [(i.network_card, i.device) for i in layout].count((0, 0)) == 1
+        assert len({(i.network_card, i.device) for i in layout}) == len(layout)
+
+
+def test_a_card_without_efa_gets_none_and_the_primary_is_plain_ena():
+    """p6-b300.48xlarge: 17 cards, card 0 takes only `interface`, 16 EFAs on cards 1-16 (the layout that
+    put EFA on cards 0-15 would have failed at launch)."""
+    cards = network_cards(P6_B300)
+    assert cards[0] == ("interface",) and len(cards) == 17
+    for efa_only, kind, device in ((True, "efa-only", 0), (False, "efa", 1)):
+        layout = efa_layout(cards, efa_only)
+        assert layout[0] == EfaInterface(0, 0, "interface")
+        assert layout[1:] == [EfaInterface(card, device, kind) for card in range(1, 17)]
+
+
+def test_an_existing_cluster_gets_efa_with_ena_on_every_card():
+    """Its VPC CNI is the user's and may predate EFA-only interfaces (1.18.5)."""
+    pool = {"name": "train", "instanceType": "p5.48xlarge", "maxNodes": 2, "interconnect": "efa"}
+    recording = plan_existing_eks({"gpuPools": [pool]})
+    (template,) = [
+        t
+        for t in recording.by_type("aws:ec2/launchTemplate:LaunchTemplate")
+        if "networkInterfaces" in t.inputs
+    ]
+    interfaces = template.inputs["networkInterfaces"]
+    layout = [(i["networkCardIndex"], i["deviceIndex"], i["interfaceType"]) for i in interfaces]
+    assert layout == [(0, 0, "efa")] + [(card, 1, "efa") for card in range(1, 32)]

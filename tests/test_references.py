@@ -20,7 +20,13 @@ from pathlib import Path
 import pytest
 
 from gpu_k8s.components.autoscaler import AUTOSCALER_IMAGE_TAGS
-from gpu_k8s.components.availability import AWS_OFFERINGS_FILE, GCP_ZONES_FILE, aws_offerings, gcp_offerings
+from gpu_k8s.components.availability import (
+    AWS_NETWORK_CARDS_FILE,
+    AWS_OFFERINGS_FILE,
+    GCP_ZONES_FILE,
+    aws_offerings,
+    gcp_offerings,
+)
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.providers.gcp.cloud_controller import SERVICE_CONTROLLER_PERMISSIONS
 from gpu_k8s.tools import reference_data
@@ -371,6 +377,14 @@ def test_the_aws_offerings_table_is_what_the_pinned_moto_ships():
         and offerings.offered("p5.48xlarge", "af-south-1") is False
     )
     assert offerings.offered("p5.48xlarge", "mx-central-1") is None
+
+
+def test_the_network_cards_table_is_what_the_pinned_moto_ships():
+    machines = load_catalog().machine_types["aws"].values()
+    efa_types = [m.name for m in machines if m.efa_max_interfaces]
+    derived = reference_data.aws_network_cards(reference_data.moto_instance_types(), efa_types)
+    assert json.loads(AWS_NETWORK_CARDS_FILE.read_text()) == json.loads(json.dumps(derived))
+    assert set(derived["types"]) == set(efa_types) and "p6-b300.48xlarge" in efa_types
 
 
 def test_the_gcp_zones_table_is_what_the_catalog_excerpt_says():

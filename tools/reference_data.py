@@ -18,6 +18,8 @@ Sources (each recorded with its version or commit and sha256 in the `source` ent
 - `upstream/references/skypilot-aws-rows.csv`, a verbatim excerpt of skypilot-org/skypilot-catalog's AWS
   catalog: every row of the catalog's AWS GPU types and of a few system-pool types, per region and zone:
   on-demand prices per region and the spot price each zone had when SkyPilot fetched it;
+- moto's DescribeInstanceTypes copy (`moto/ec2/resources/instance_types.json.gz`): the network cards of the
+  catalog's EFA types and the interface types each card takes;
 - Karpenter's generated on-demand price table (`upstream/karpenter/1.14.1/pricing/`, pinned in
   upstream/manifest.json): AWS on-demand Linux prices per instance type, for the regions it lists;
 - cluster-autoscaler's GCE price table (`upstream/cluster-autoscaler/cluster-autoscaler-1.36.1/gce/`): GCP
@@ -49,7 +51,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from gpu_k8s.components.availability import AWS_OFFERINGS_FILE, GCP_ZONES_FILE, N1_ACCELERATOR_NAMES
+from gpu_k8s.components.availability import (
+    AWS_NETWORK_CARDS_FILE,
+    AWS_OFFERINGS_FILE,
+    GCP_ZONES_FILE,
+    N1_ACCELERATOR_NAMES,
+)
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.components.prices import AWS_PRICES_FILE, AWS_REGIONAL_PRICES_FILE, GCP_PRICES_FILE
 from gpu_k8s.tools.upstream import UPSTREAM_ROOT
@@ -205,6 +212,45 @@ def aws_offerings(files: Mapping[str, bytes], instance_types: Iterable[str]) -> 
             region: {t: sorted(set(zones)) for t, zones in sorted(types.items())}
             for region, types in sorted(regions.items())
         },
+    }
+
+
+MOTO_INSTANCE_TYPES = "moto/ec2/resources/instance_types.json.gz"
+
+
+def moto_instance_types() -> bytes:
+    """moto's DescribeInstanceTypes copy (gzip bytes), from the installed package."""
+    dist = metadata.distribution("moto")
+    if dist.version != MOTO_WHEEL["version"]:
+        raise RuntimeError(
+            f"moto {dist.version} is installed; the tables are derived from {MOTO_WHEEL['version']}"
+        )
+    return Path(str(dist.locate_file(MOTO_INSTANCE_TYPES))).read_bytes()
+
+
+def aws_network_cards(instance_types: bytes, efa_types: Iterable[str]) -> dict[str, Any]:
+    """Per EFA instance type of the catalog: each network card's index and the interface types it takes
+    (NetworkInfo.NetworkCards[].InterfaceTypes), and MaximumEfaInterfaces."""
+    described = json.loads(gzip.decompress(instance_types))
+    types = {}
+    for name in sorted(set(efa_types)):
+        network = described[name]["NetworkInfo"]
+        types[name] = {
+            "maximumEfaInterfaces": network["EfaInfo"]["MaximumEfaInterfaces"],
+            "cards": {
+                str(card["NetworkCardIndex"]): card["InterfaceTypes"]
+                for card in sorted(network["NetworkCards"], key=lambda c: c["NetworkCardIndex"])
+            },
+        }
+    return {
+        "source": {
+            **MOTO_WHEEL,
+            "file": MOTO_INSTANCE_TYPES,
+            "sha256_of_file": sha256_hex(instance_types),
+            "what": "NetworkInfo of the catalog's EFA instance types in moto's copy of "
+            "DescribeInstanceTypes: each card's InterfaceTypes, and EfaInfo.MaximumEfaInterfaces",
+        },
+        "types": types,
     }
 
 
@@ -497,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
     written = []
     if write_json(AWS_OFFERINGS_FILE, aws_offerings(moto_offering_files(), catalog.gpu_types("aws"))):
         written.append(AWS_OFFERINGS_FILE)
+    efa_types = [m.name for m in catalog.machine_types["aws"].values() if m.efa_max_interfaces]
+    if write_json(AWS_NETWORK_CARDS_FILE, aws_network_cards(moto_instance_types(), efa_types)):
+        written.append(AWS_NETWORK_CARDS_FILE)
     if write_json(GCP_ZONES_FILE, gcp_zones(SKYPILOT_GCP_ROWS.read_text(), catalog.gpu_types("gcp"))):
         written.append(GCP_ZONES_FILE)
     if write_json(AWS_PRICES_FILE, aws_prices(KARPENTER_PRICING.read_text())):

@@ -5,11 +5,14 @@ training on Amazon EKS with Elastic Fabric Adapter": helm install aws-efa-k8s-de
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 import pulumi
 
+from gpu_k8s.components.availability import AWS_NETWORK_CARDS_FILE
 from gpu_k8s.components.cluster import GpuCluster, GpuPool
 from gpu_k8s.components.helm import helm_release
 from gpu_k8s.providers.aws.autoscaling import EFA_HUGE_PAGE_COUNT
@@ -63,6 +66,14 @@ def efa_plugin_pull_policy() -> dict[str, Any]:
 def efa_interfaces(pool: GpuPool) -> int:
     """How many EFA interfaces a node of the pool gets (0: the pool has no EFA)."""
     return pool.interconnect_resources.get(EFA_RESOURCE, 0)
+
+
+@cache
+def network_cards(instance_type: str) -> dict[int, tuple[str, ...]]:
+    """Each network card of an EFA instance type and the interface types it takes (moto's copy of
+    DescribeInstanceTypes: components/data/aws-network-cards.json)."""
+    cards = json.loads(AWS_NETWORK_CARDS_FILE.read_text())["types"][instance_type]["cards"]
+    return {int(index): tuple(types) for index, types in cards.items()}
 
 
 def efa_pools(pools: Sequence[GpuPool]) -> list[GpuPool]:

@@ -271,6 +271,7 @@ class ExistingEksGpuLayer(pulumi.ComponentResource):
             launch_tags=cluster_tags(cluster.name),
             cluster_security_group_id=cluster.security_group_id,
             discovery_tags={layer_tag(name): "owned"},
+            efa_only=False,
         )
         gpu_node_pools(name, args.pools, ctx, args.zones.pool_zones, args.placement, self)
         kubeconfig = pulumi.Output.secret(

@@ -25,6 +25,7 @@ from gpu_k8s.providers.aws.efa import (
     EFA_AGENT_SYSCTLS,
     EFA_PLUGIN_REGISTRY,
     efa_interfaces,
+    network_cards,
 )
 from gpu_k8s.providers.aws.iam import cluster_autoscaler_tag
 from gpu_k8s.providers.aws.k3s_bootstrap import (
@@ -42,6 +43,7 @@ from gpu_k8s.providers.aws.nodes import (
     CAPACITY_BLOCK_MARKET,
     EfaLaunch,
     capacity_block_target,
+    efa_layout,
     efa_network_interfaces,
     efa_placement,
     efa_placement_group,
@@ -251,13 +253,13 @@ def efa_launch(
     in_capacity_block: bool,
 ) -> EfaLaunch | None:
     """EFA interfaces in the pool's one subnet (an EFA pool keeps to one zone: `zone_plan`), the node's
-    own group on the primary and the EFA group on all, and the pool's placement group."""
-    interfaces = efa_interfaces(pool)
-    if not interfaces:
+    own group on the primary and the EFA group on all, and the pool's placement group. EFA-only
+    interfaces: flannel uses the primary interface alone, and they take no address from the subnet."""
+    if not efa_interfaces(pool):
         return None
     assert groups.efa is not None and len(zone_indexes) == 1, "made for clusters with EFA pools"
     return EfaLaunch(
-        interfaces,
+        efa_layout(network_cards(pool.machine.name), efa_only=True),
         primary_security_group_ids=[groups.nodes.id, groups.efa.id],
         efa_security_group_ids=[groups.efa.id],
         placement_group=efa_placement_group(name, in_capacity_block, parent),

@@ -26,7 +26,7 @@ from gpu_k8s.providers.aws.autoscaling import (
     scale_from_zero_tags,
     zone_limits,
 )
-from gpu_k8s.providers.aws.efa import efa_interfaces
+from gpu_k8s.providers.aws.efa import efa_interfaces, network_cards
 
 # Families the EKS-optimized AL2023 NVIDIA AMIs cover (EKS user guide, ml-eks-optimized-ami; REFERENCE 3.1).
 # g7 is missing on purpose: it needs driver >= 595 and the AMIs ship the 580 branch.
@@ -121,10 +121,17 @@ class CapacityBlockLaunch:
 
 
 @dataclass(frozen=True)
-class EfaLaunch:
-    """What a launch template sets for EFA: an interface per network card, and the placement group."""
+class EfaInterface:
+    network_card: int
+    device: int
+    interface_type: str
 
-    interfaces: int
+
+@dataclass(frozen=True)
+class EfaLaunch:
+    """What a launch template sets for EFA: the interfaces (`efa_layout`), and the placement group."""
+
+    interfaces: Sequence[EfaInterface]
     # The groups of the primary interface (the node's own traffic, and EFA's), and of the others (EFA's).
     primary_security_group_ids: Sequence[pulumi.Input[str]]
     efa_security_group_ids: Sequence[pulumi.Input[str]]
@@ -133,23 +140,51 @@ class EfaLaunch:
     subnet_id: pulumi.Input[str] | None = None
 
 
+def efa_layout(cards: Mapping[int, Sequence[str]], efa_only: bool) -> list[EfaInterface]:
+    """An EFA on every network card that takes one, from the card's interface types (DescribeInstanceTypes).
+
+    With `efa_only`, AWS's layout for instances with several cards (EC2 user guide, "Maximize network
+    bandwidth on Amazon EC2 instances with multiple network cards"): an ENA primary interface (card 0,
+    device 0), an EFA-only interface on card 0 as device 1 if that card takes EFA, and one EFA-only
+    interface as device 0 on each other card; EFA-only interfaces hold no IP address. Without it, eksctl's
+    layout (pkg/cfn/builder/network_interfaces.go): an EFA with ENA as the primary interface and as device 1
+    of each other card, for clusters whose VPC CNI may predate EFA-only interfaces. A card that takes no EFA
+    (card 0 of a p6-b300.48xlarge) gets none."""
+    primary = cards[0]
+    interfaces = []
+    if efa_only and "efa-only" in primary:
+        interfaces += [EfaInterface(0, 0, "interface"), EfaInterface(0, 1, "efa-only")]
+    else:
+        interfaces.append(EfaInterface(0, 0, "efa" if "efa" in primary else "interface"))
+    for card, types in sorted(cards.items()):
+        if card == 0:
+            continue
+        if efa_only and "efa-only" in types:
+            interfaces.append(EfaInterface(card, 0, "efa-only"))
+        elif "efa" in types:
+            interfaces.append(EfaInterface(card, 1, "efa"))
+    return interfaces
+
+
 def efa_network_interfaces(efa: EfaLaunch) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
-    """One EFA per network card: the primary interface is device 0 on card 0, the others device 1 on their
-    card, as eksctl builds them (pkg/cfn/builder/network_interfaces.go). With interfaces in the template,
-    security groups go on each interface; every EFA needs the group that admits EFA traffic, the others only
-    the primary (AWS PCS user guide, "Create or update an EC2 launch template" for EFA). On EKS no subnet:
-    EKS sets it from the node group, and a launch template for a managed node group may not (EKS user guide,
-    launch-templates)."""
+    """The template's interfaces. With interfaces in the template, security groups go on each interface;
+    every EFA needs the group that admits EFA traffic, the others only the primary (AWS PCS user guide,
+    "Create or update an EC2 launch template" for EFA). On EKS no subnet: EKS sets it from the node group,
+    and a launch template for a managed node group may not (EKS user guide, launch-templates)."""
     return [
         aws.ec2.LaunchTemplateNetworkInterfaceArgs(
-            device_index=0 if card == 0 else 1,
-            network_card_index=card,
-            interface_type="efa",
-            security_groups=list(efa.primary_security_group_ids if card == 0 else efa.efa_security_group_ids),
+            device_index=interface.device,
+            network_card_index=interface.network_card,
+            interface_type=interface.interface_type,
+            security_groups=list(
+                efa.primary_security_group_ids
+                if (interface.network_card, interface.device) == (0, 0)
+                else efa.efa_security_group_ids
+            ),
             subnet_id=efa.subnet_id,
             delete_on_termination="true",
         )
-        for card in range(efa.interfaces)
+        for interface in efa.interfaces
     ]
 
 
@@ -232,6 +267,9 @@ class NodeGroupContext:
     discovery_tags: Mapping[str, str] = field(default_factory=dict)
     # The AMI release of the node groups (`eks.nodeImageRelease`): None keeps each group's own.
     image_release: str | None = None
+    # EFA-only interfaces (`efa_layout`) need VPC CNI 1.18.5 or later, which skips them; an existing
+    # cluster's CNI is the user's.
+    efa_only: bool = True
 
 
 @dataclass(frozen=True)
@@ -424,13 +462,13 @@ class GpuNodePool(pulumi.ComponentResource):
         self, name: str, pool: GpuPool, ctx: NodeGroupContext, block: CapacityBlockLaunch | None
     ) -> EfaLaunch | None:
         """EFA interfaces for an interconnect pool, and its placement group."""
-        interfaces = efa_interfaces(pool)
-        if not interfaces:
+        if not efa_interfaces(pool):
             return None
         assert ctx.cluster_security_group_id is not None, "EFA pools run on EKS, whose context names it"
         # The cluster security group admits EFA traffic between the nodes from Kubernetes 1.33 (eksctl
         # EFABuiltInSupportVersion): it is the one group of every interface.
         groups = [ctx.cluster_security_group_id]
+        interfaces = efa_layout(network_cards(pool.machine.name), ctx.efa_only)
         return EfaLaunch(interfaces, groups, groups, efa_placement_group(name, block is not None, self))
 
 
