@@ -257,7 +257,9 @@ class ClusterSpec(StrictModel):
     gpu_pools: Annotated[tuple[GpuPoolSpec, ...], Field(min_length=1)]
     addon_versions: AddonVersions = AddonVersions()
     batch: BatchSpec | None = None
-    monitoring: MonitoringSpec | None = None
+    # On unless the stack says `monitoring: false`: its idle cost is a small volume and pods on the system
+    # nodes, and without it nobody hears of an idle GPU node.
+    monitoring: MonitoringSpec | None = MonitoringSpec()
     inference: InferenceSpec | None = None
     storage: StorageSpec = StorageSpec()
     # The newest CUDA release the workloads are built for ("12.8"); checked against each pool's driver.
@@ -865,6 +867,9 @@ def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
         if section in raw and raw[section] is None:
             # `monitoring:` with nothing under it asks for it with its defaults, like `monitoring: {}`.
             raw = {**raw, section: {}}
+    if isinstance(raw.get("monitoring"), bool):
+        # `monitoring: false` is how a stack goes without it; `true` is its defaults.
+        raw = {**raw, "monitoring": {} if raw["monitoring"] else None}
     platform = _platform_for_raw(raw)
     defaulted = platform.spec.with_defaults(raw) if platform else raw
     given: Any = parse_structure(defaulted, _structure_model(_registered()))

@@ -64,6 +64,23 @@ def aws_k3s_efa(aws_k3s_config: dict[str, Any]) -> Recording:
     return run_program("aws-k3s", config)
 
 
+def without_monitoring(stack: str, config: dict[str, Any]) -> Recording:
+    """The stack with `monitoring: false` (it is on unless a stack says so)."""
+    config = copy.deepcopy(config)
+    config["gpu-k8s:cluster"]["monitoring"] = False
+    return run_program(stack, config)
+
+
+@pytest.fixture(scope="session")
+def aws_k3s_unmonitored(aws_k3s_config: dict[str, Any]) -> Recording:
+    return without_monitoring("aws-k3s", aws_k3s_config)
+
+
+@pytest.fixture(scope="session")
+def gcp_gke_unmonitored(gcp_gke_config: dict[str, Any]) -> Recording:
+    return without_monitoring("gcp-gke", gcp_gke_config)
+
+
 @pytest.fixture(scope="session")
 def gcp_gke_config() -> dict[str, Any]:
     return stack_config(STACKS / "Pulumi.gcp-gke.yaml")

@@ -187,6 +187,8 @@ def test_security_group_rules_are_exactly_the_k3s_ports(aws_k3s):
         ("servers", "tcp", 6443, 6443, "registration"),
         # storage.shared: efs: NFS from the nodes to the file system's mount targets, nothing else.
         ("efs-mount-targets", "tcp", 2049, 2049, "nodes"),
+        # monitoring (on unless a stack says false): Prometheus on a server reads each node's node-exporter.
+        ("nodes", "tcp", 9100, 9100, "nodes"),
     }
     egress = {
         (

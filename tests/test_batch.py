@@ -4,6 +4,7 @@ whose stack turns it on, and nothing of it where `batch` is absent."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 from types import SimpleNamespace
 from typing import Any
@@ -155,15 +156,25 @@ def test_a_job_is_admitted_once_the_autoscaler_has_provisioned_all_its_pods(aws_
 
 def test_turning_batch_on_for_a_running_cluster_changes_only_the_autoscalers_flags(aws_k3s, aws_k3s_config):
     """Day 2: what the cluster already has keeps its URN and inputs, except the autoscaler release, whose
-    flags gain the one ProvisioningRequests need, and the servers' admission policy, which exempts the
-    batch controllers' namespaces; everything else batch brings is new."""
+    flags gain the one ProvisioningRequests need, the servers' admission policy, which exempts the batch
+    controllers' namespaces, and monitoring's alerts and dashboard, which gain the queues'; everything else
+    batch brings is new."""
     config = copy.deepcopy(aws_k3s_config)
     config["gpu-k8s:cluster"]["batch"] = {"namespaces": ["research"]}
     with_batch = {r.urn: r for r in run_program("aws-k3s", config).registrations}
     before = {r.urn: r for r in aws_k3s.registrations}
     assert set(before) <= set(with_batch)
     changed = {before[urn].name: urn for urn, r in before.items() if with_batch[urn].inputs != r.inputs}
-    assert set(changed) == {"ml-autoscaler-release", "ml-server-pods-policy"}
+    assert set(changed) == {
+        "ml-autoscaler-release",
+        "ml-server-pods-policy",
+        "ml-monitoring-gpu-alerts",
+        "ml-monitoring-gpu-dashboard",
+    }
+    alerts = json.dumps(with_batch[changed["ml-monitoring-gpu-alerts"]].inputs)
+    assert "KueueQueueStalled" in alerts and "KueueQueueStalled" not in json.dumps(
+        before[changed["ml-monitoring-gpu-alerts"]].inputs
+    )
     policy = changed["ml-server-pods-policy"]
     exempt = with_batch[policy].inputs["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]
     assert set(exempt["values"]) - set(

@@ -37,6 +37,8 @@ AWS_K3S_CHARTS = {
     "aws-node-termination-handler",
     "aws-cloud-controller-manager",
     "aws-efs-csi-driver",
+    # `monitoring` is on unless a stack says `false`.
+    "kube-prometheus-stack",
 }
 EXPECTED_CHARTS = {
     "aws_eks": {
@@ -56,7 +58,7 @@ EXPECTED_CHARTS = {
         "kube-prometheus-stack",
         "keda",
     },
-    "gcp_gke": {"gpu-operator"},
+    "gcp_gke": {"gpu-operator", "kube-prometheus-stack"},
     "aws_k3s": AWS_K3S_CHARTS,
     "aws_k3s_efa": {*AWS_K3S_CHARTS, "aws-efa-k8s-device-plugin"},
     "gcp_k3s": {"gpu-operator", "cluster-autoscaler", "csi-driver-nfs", "kube-prometheus-stack", "keda"},

@@ -332,6 +332,9 @@ def test_efa_launch_templates_and_placement_groups_are_what_ec2_takes(aws_eks, a
             assert interface["interfaceType"] in {"interface", "efa", "efa-only"} & enum(
                 ec2_model, "NetworkInterfaceType"
             )
+            if interface["interfaceType"] == "efa-only":
+                # An EFA-only interface holds no address: EC2 refuses one asked for it.
+                assert not {k for k in keys if "Ip" in k or "Prefix" in k}, keys
     placements = [*aws_eks.by_type("aws:ec2/placementGroup:PlacementGroup")]
     placements += aws_k3s_efa.by_type("aws:ec2/placementGroup:PlacementGroup")
     for placement in some(placements, at_least=2):

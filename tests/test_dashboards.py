@@ -94,16 +94,14 @@ def dashboard_prices(recording: Recording) -> dict[str, float]:
     return {r["labels"][POOL_SERIES_LABEL]: float(r["expr"][len("vector(") : -1]) for r in prices["rules"]}
 
 
-def test_each_pool_is_priced_as_the_plans_cost_table_prices_it(aws_eks, gcp_gke_config):
+def test_each_pool_is_priced_as_the_plans_cost_table_prices_it(aws_eks, gcp_gke):
     """The same figure as `gpu-k8s plan` (tools/costs.py node_price), unrounded; on GCP too, an N1 pool with
     its attached GPUs."""
     pools = redact(aws_eks.outputs["gpuPools"])
     assert dashboard_prices(aws_eks) == {
         pool["name"]: node_price(aws_eks, pool).usd_per_hour for pool in some(pools, at_least=5)
     }
-    config = copy.deepcopy(gcp_gke_config)
-    config["gpu-k8s:cluster"]["monitoring"] = {}
-    gke = run_program("gke-dashboards", config)
+    gke = gcp_gke
     pools = redact(gke.outputs["gpuPools"])
     assert [pool for pool in pools if pool["instanceType"].startswith("n1-")]
     expected = {pool["name"]: node_price(gke, pool) for pool in some(pools, at_least=2)}
@@ -234,7 +232,7 @@ def test_grafana_runs_on_the_system_nodes_with_its_values_in_the_chart():
     }
 
 
-def test_the_stack_output_says_where_to_look_with_names_the_chart_renders(aws_eks, gcp_gke, rendered):
+def test_the_stack_output_says_where_to_look_with_names_the_chart_renders(aws_eks, rendered):
     """`pulumi stack output monitoring`: port-forwards to the Services and the Secret the release renders."""
     access = aws_eks.outputs["monitoring"]
     objects = rendered["aws_eks", "kube-prometheus-stack"].objects
@@ -247,4 +245,3 @@ def test_the_stack_output_says_where_to_look_with_names_the_chart_renders(aws_ek
     (secret,) = re.findall(r"get secret (\S+) ", access["grafanaPassword"])
     assert "admin-password" in secrets[secret]["data"]
     assert access["dashboard"] == planned_dashboard(aws_eks)[1]["title"]
-    assert "monitoring" not in gcp_gke.outputs  # no `monitoring` key in that stack

@@ -31,12 +31,11 @@ EFA = "vpc.amazonaws.com/efa"
 
 
 def assert_efa_only_layout_of_a_p5(interfaces: list[dict[str, Any]]) -> None:
-    """p5.48xlarge: 32 network cards, each taking EFA-only (components/data/aws-network-cards.json); AWS's
-    layout: the ENA primary and an EFA-only on card 0, an EFA-only as device 0 of each other card."""
+    """p5.48xlarge: 32 network cards, each taking EFA (components/data/aws-network-cards.json): an EFA with
+    ENA as the primary, an EFA-only as device 0 of each other card, card 0's second interface left to the
+    VPC CNI."""
     layout = [(i["networkCardIndex"], i["deviceIndex"], i["interfaceType"]) for i in interfaces]
-    assert layout == [(0, 0, "interface"), (0, 1, "efa-only")] + [
-        (card, 0, "efa-only") for card in range(1, 32)
-    ]
+    assert layout == [(0, 0, "efa")] + [(card, 0, "efa-only") for card in range(1, 32)]
 
 
 def test_each_network_card_gets_an_efa_carrying_the_cluster_security_group(aws_eks):
@@ -270,13 +269,26 @@ def test_adding_an_efa_pool_to_a_running_k3s_cluster_changes_nothing_it_has(aws_
     assert set(before) <= set(after)
     changed = {before[urn].name: urn for urn, r in before.items() if after[urn].inputs != r.inputs}
     # Only the device plugin's configs, which gain the new pool's (as for any new pool), the zone placement
-    # guard, which records where the new pool is placed, and the GPU Operator, whose pods tolerate the new
-    # pool's interconnect taint; the autoscaler finds the new group by its tags.
+    # guard, which records where the new pool is placed, the GPU Operator, whose pods tolerate the new
+    # pool's interconnect taint, and monitoring's rules, whose price rules gain the pool; the autoscaler
+    # finds the new group by its tags.
     assert sorted(changed) == [
         "ml-gpu-operator-device-plugin-config",
         "ml-gpu-operator-release",
+        "ml-monitoring-gpu-alerts",
         "ml-zone-placement",
     ]
+    rules = changed.pop("ml-monitoring-gpu-alerts")
+    priced = [
+        {
+            rule["labels"]["label_gpu_k8s_io_pool"]
+            for group in r.inputs["spec"]["groups"]
+            for rule in group["rules"]
+            if rule.get("record") == "gpu_k8s:pool_node_price_usd_per_hour"
+        }
+        for r in (before[rules], after[rules])
+    ]
+    assert priced[1] - priced[0] == {"train"}
     operator = changed.pop("ml-gpu-operator-release")
     values_before, values_after = before[operator].inputs["values"], after[operator].inputs["values"]
     toleration = {"key": "gpu-k8s.io/interconnect", "operator": "Exists", "effect": "NoSchedule"}
@@ -396,6 +408,11 @@ def test_a_card_without_efa_gets_none_and_the_primary_is_plain_ena():
         layout = efa_layout(cards, efa_only)
         assert layout[0] == EfaInterface(0, 0, "interface")
         assert layout[1:] == [EfaInterface(card, device, kind) for card in range(1, 17)]
+
+
+def test_a_one_card_type_gets_its_efa_on_the_primary():
+    for efa_only in (True, False):
+        assert efa_layout(network_cards("g5.48xlarge"), efa_only) == [EfaInterface(0, 0, "efa")]
 
 
 def test_an_existing_cluster_gets_efa_with_ena_on_every_card():

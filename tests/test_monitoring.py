@@ -78,11 +78,17 @@ def test_monitoring_installs_the_pinned_stack_before_the_operator_whose_exporter
     assert namespace.inputs["metadata"]["labels"] == {"pod-security.kubernetes.io/enforce": "privileged"}
 
 
-def test_without_monitoring_nothing_of_it_is_made_and_the_exporter_is_not_scraped(gcp_gke):
-    assert "kube-prometheus-stack" not in releases(gcp_gke)
-    assert not [r for r in gcp_gke.registrations if "monitoring.coreos.com" in r.type]
-    operator = releases(gcp_gke)["gpu-operator"]
+def test_monitoring_is_on_unless_the_stack_says_false(gcp_gke, gcp_gke_config):
+    assert "monitoring" not in gcp_gke_config["gpu-k8s:cluster"]
+    assert "kube-prometheus-stack" in releases(gcp_gke)
+
+
+def test_without_monitoring_nothing_of_it_is_made_and_the_exporter_is_not_scraped(gcp_gke_unmonitored):
+    assert "kube-prometheus-stack" not in releases(gcp_gke_unmonitored)
+    assert not [r for r in gcp_gke_unmonitored.registrations if "monitoring.coreos.com" in r.type]
+    operator = releases(gcp_gke_unmonitored)["gpu-operator"]
     assert operator.inputs["values"]["dcgmExporter"]["serviceMonitor"] == {"enabled": False}
+    assert "monitoring" not in gcp_gke_unmonitored.outputs
 
 
 def test_gke_with_monitoring_gets_the_same_stack(gcp_gke_config):
@@ -353,14 +359,11 @@ def test_each_alert_fires_after_its_threshold_and_not_before(tmp_path: Path):
     )
 
 
-def test_aws_k3s_with_monitoring_opens_node_exporter_between_the_nodes_only(aws_k3s, aws_k3s_config):
+def test_aws_k3s_with_monitoring_opens_node_exporter_between_the_nodes_only(aws_k3s, aws_k3s_unmonitored):
     """node-exporter listens on each node's own address; Prometheus on a server reaches it across nodes."""
-    assert not [r for r in aws_k3s.by_type(SG_RULE) if r.inputs["fromPort"] == 9100]
-    config = copy.deepcopy(aws_k3s_config)
-    config["gpu-k8s:cluster"]["monitoring"] = {}
-    recording = run_program("aws-k3s", config)
-    (rule,) = [r for r in recording.by_type(SG_RULE) if r.inputs["fromPort"] == 9100]
-    nodes = recording.by_name("ml-nodes-sg")
+    assert not [r for r in aws_k3s_unmonitored.by_type(SG_RULE) if r.inputs["fromPort"] == 9100]
+    (rule,) = [r for r in aws_k3s.by_type(SG_RULE) if r.inputs["fromPort"] == 9100]
+    nodes = aws_k3s.by_name("ml-nodes-sg")
     assert rule.inputs["toPort"] == 9100 and rule.inputs["ipProtocol"] == "tcp"
     assert rule.inputs["securityGroupId"] == nodes.id
     assert rule.inputs["referencedSecurityGroupId"] == nodes.id
@@ -380,8 +383,8 @@ def test_kueue_and_the_autoscaler_are_scraped_after_the_stack_that_brings_the_cr
     assert capacity == {"KueueQueueStalled", "GpuScaleUpFailed"}
 
 
-def test_without_monitoring_kueue_and_the_autoscaler_create_no_servicemonitor(aws_k3s):
-    by_chart = releases(aws_k3s)
+def test_without_monitoring_kueue_and_the_autoscaler_create_no_servicemonitor(aws_k3s_unmonitored):
+    by_chart = releases(aws_k3s_unmonitored)
     assert "serviceMonitor" not in by_chart["cluster-autoscaler"].inputs["values"]
 
 
@@ -535,21 +538,22 @@ def test_the_gpu_request_selector_matches_the_names_kube_state_metrics_gives_gpu
     assert not re.fullmatch(selector, re.sub(pattern, "_", "amd.com/gpu"))
 
 
-def test_the_plan_names_the_prometheus_volume_among_what_bills_unpriced(aws_eks, aws_k3s):
-    _, not_counted = idle_charges(aws_eks)
-    assert "1 x Prometheus volume (20Gi on the default StorageClass)" in not_counted
+def test_the_plan_names_the_prometheus_volume_among_what_bills_unpriced(aws_k3s, aws_k3s_unmonitored):
     _, not_counted = idle_charges(aws_k3s)
+    assert "1 x Prometheus volume (20Gi on the default StorageClass)" in not_counted
+    _, not_counted = idle_charges(aws_k3s_unmonitored)
     assert not [item for item in not_counted if "Prometheus" in item]
 
 
 @pytest.mark.parametrize("stack", ["aws_k3s", "gcp_gke"])
 def test_turning_monitoring_and_inference_on_touches_no_node_and_deletes_nothing(request, stack):
-    """The day-2 edit a user makes on a running stack: the second plan only adds (the charts, the rule, a
+    """The day-2 edit a user makes on a running stack (or the `up` after upgrading to a version that turns
+    monitoring on by default): the second plan only adds (the charts, the rule, a
     firewall rule) and updates in place the releases that get scraped and the k3s policy's namespace list;
     no node, group, template, server or cluster changes."""
-    base = request.getfixturevalue(stack)
+    base = request.getfixturevalue(f"{stack}_unmonitored")
     config = copy.deepcopy(request.getfixturevalue(f"{stack}_config"))
-    config["gpu-k8s:cluster"].update({"monitoring": {}, "inference": {}})
+    config["gpu-k8s:cluster"]["inference"] = {}
     after = run_program(base.stack, config)
     before_inputs = {r.urn: r.inputs for r in base.registrations}
     after_inputs = {r.urn: r.inputs for r in after.registrations}

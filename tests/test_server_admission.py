@@ -136,7 +136,7 @@ def test_the_policy_follows_the_server_taint():
 @pytest.mark.parametrize(
     ("plan", "expected"),
     [
-        ("aws_k3s", ["gpu-operator", "kube-system", "system-upgrade"]),
+        ("aws_k3s", ["gpu-operator", "kube-system", "monitoring", "system-upgrade"]),
         (
             "gcp_k3s",
             ["gce-pd-csi-driver", "gpu-operator", "keda", "kube-system", "monitoring", "system-upgrade"],

@@ -143,19 +143,16 @@ class EfaLaunch:
 def efa_layout(cards: Mapping[int, Sequence[str]], efa_only: bool) -> list[EfaInterface]:
     """An EFA on every network card that takes one, from the card's interface types (DescribeInstanceTypes).
 
-    With `efa_only`, AWS's layout for instances with several cards (EC2 user guide, "Maximize network
-    bandwidth on Amazon EC2 instances with multiple network cards"): an ENA primary interface (card 0,
-    device 0), an EFA-only interface on card 0 as device 1 if that card takes EFA, and one EFA-only
-    interface as device 0 on each other card; EFA-only interfaces hold no IP address. Without it, eksctl's
-    layout (pkg/cfn/builder/network_interfaces.go): an EFA with ENA as the primary interface and as device 1
-    of each other card, for clusters whose VPC CNI may predate EFA-only interfaces. A card that takes no EFA
-    (card 0 of a p6-b300.48xlarge) gets none."""
-    primary = cards[0]
-    interfaces = []
-    if efa_only and "efa-only" in primary:
-        interfaces += [EfaInterface(0, 0, "interface"), EfaInterface(0, 1, "efa-only")]
-    else:
-        interfaces.append(EfaInterface(0, 0, "efa" if "efa" in primary else "interface"))
+    The primary interface (card 0, device 0) is an EFA with ENA where card 0 takes EFA, else plain ENA (card
+    0 of a p6-b300.48xlarge). With `efa_only`, each other card gets an EFA-only interface as device 0, as
+    AWS lays out instances with several cards (EC2 user guide, "Maximize network bandwidth on Amazon EC2
+    instances with multiple network cards"); EFA-only interfaces hold no IP address. AWS's guide puts an ENA
+    primary and an EFA-only device 1 on card 0 instead; that takes card 0's second interface, which the VPC
+    CNI attaches for pod addresses (a p5 has two there: 49 pod addresses instead of 98, under a kubelet
+    limit of 100), so the EFA stays on the primary, as terraform-aws-eks lays it out. Without `efa_only`,
+    eksctl's layout (pkg/cfn/builder/network_interfaces.go): an EFA with ENA as device 1 of each other card,
+    for clusters whose VPC CNI may predate EFA-only interfaces."""
+    interfaces = [EfaInterface(0, 0, "efa" if "efa" in cards[0] else "interface")]
     for card, types in sorted(cards.items()):
         if card == 0:
             continue
