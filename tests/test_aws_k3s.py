@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gpu_k8s.components.k3s import cloudinit
+from gpu_k8s.components.k3s import paths
 from gpu_k8s.providers.aws import cloud_controller, k3s_agents
 from gpu_k8s.tools import reference_data
 from gpu_k8s.tools.engine import Recording, Registration, Secret, run_program
@@ -63,7 +63,7 @@ def pem_certs(text: str) -> list[x509.Certificate]:
 def test_the_deployer_certificate_chains_to_the_client_ca_and_is_in_system_masters(aws_k3s):
     user = kubeconfig(aws_k3s)["users"][0]["user"]
     admin, client_ca = pem_certs(base64.b64decode(user["client-certificate-data"]).decode())
-    tls_client_ca = pem_certs(secret_payload(aws_k3s, "servers")[f"{cloudinit.TLS_DIR}/client-ca.crt"])[0]
+    tls_client_ca = pem_certs(secret_payload(aws_k3s, "servers")[f"{paths.TLS_DIR}/client-ca.crt"])[0]
     assert client_ca == tls_client_ca
     public_key = client_ca.public_key()
     assert isinstance(public_key, ec.EllipticCurvePublicKey)
@@ -92,38 +92,34 @@ def test_client_certificates_are_renewed_by_an_up_in_their_last_60_days_and_cas_
 
 def test_every_ca_file_is_signed_by_the_root_and_its_key_matches(aws_k3s):
     files = secret_payload(aws_k3s, "servers")
-    roots = {
-        pem_certs(files[f"{cloudinit.TLS_DIR}/{ca}.crt"])[-1].fingerprint(hashes.SHA256()) for ca in LEAF
-    }
+    roots = {pem_certs(files[f"{paths.TLS_DIR}/{ca}.crt"])[-1].fingerprint(hashes.SHA256()) for ca in LEAF}
     assert len(roots) == 1
     for ca in LEAF:
-        leaf, root = pem_certs(files[f"{cloudinit.TLS_DIR}/{ca}.crt"])
+        leaf, root = pem_certs(files[f"{paths.TLS_DIR}/{ca}.crt"])
         assert leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
         root.public_key().verify(leaf.signature, leaf.tbs_certificate_bytes, ec.ECDSA(hashes.SHA256()))  # type: ignore[call-arg,union-attr]
-        key = serialization.load_pem_private_key(
-            files[f"{cloudinit.TLS_DIR}/{ca}.key"].encode(), password=None
-        )
+        key = serialization.load_pem_private_key(files[f"{paths.TLS_DIR}/{ca}.key"].encode(), password=None)
         assert key.public_key().public_numbers() == leaf.public_key().public_numbers()  # type: ignore[union-attr]
-    assert "PRIVATE KEY" in files[f"{cloudinit.TLS_DIR}/service.key"]
+    assert "PRIVATE KEY" in files[f"{paths.TLS_DIR}/service.key"]
 
 
 def test_join_tokens_carry_the_root_ca_hash_and_differ(aws_k3s):
     files = secret_payload(aws_k3s, "servers")
-    root = pem_certs(files[f"{cloudinit.TLS_DIR}/server-ca.crt"])[-1]
+    root = pem_certs(files[f"{paths.TLS_DIR}/server-ca.crt"])[-1]
     digest = hashlib.sha256(root.public_bytes(serialization.Encoding.DER)).hexdigest()
-    server_token, agent_token = files[cloudinit.TOKEN_FILE], files[cloudinit.AGENT_TOKEN_FILE]
+    server_token, agent_token = files[paths.TOKEN_FILE], files[paths.AGENT_TOKEN_FILE]
     assert server_token.startswith(f"K10{digest}::server:")
     assert agent_token.startswith(f"K10{digest}::node:")
     assert server_token.split(":")[-1] != agent_token.split(":")[-1]
     # Agents get only their own token.
-    assert secret_payload(aws_k3s, "agents") == {cloudinit.AGENT_TOKEN_FILE: agent_token}
+    assert secret_payload(aws_k3s, "agents") == {paths.AGENT_TOKEN_FILE: agent_token}
 
 
 def test_kubeconfig_trusts_the_server_ca_and_points_at_the_load_balancer(aws_k3s):
     cluster = kubeconfig(aws_k3s)["clusters"][0]["cluster"]
     chain = pem_certs(base64.b64decode(cluster["certificate-authority-data"]).decode())
     files = secret_payload(aws_k3s, "servers")
-    assert chain == pem_certs(files[f"{cloudinit.TLS_DIR}/server-ca.crt"])
+    assert chain == pem_certs(files[f"{paths.TLS_DIR}/server-ca.crt"])
     load_balancer = aws_k3s.by_name("ml-api")
     assert cluster["server"].startswith("https://ml-api-") and cluster["server"].endswith(":6443")
     assert load_balancer.inputs["loadBalancerType"] == "network"
@@ -132,7 +128,7 @@ def test_kubeconfig_trusts_the_server_ca_and_points_at_the_load_balancer(aws_k3s
 
 def test_secret_material_is_secret_everywhere_and_absent_from_user_data(aws_k3s):
     files = secret_payload(aws_k3s, "servers")
-    needles = [files[cloudinit.TOKEN_FILE], files[cloudinit.AGENT_TOKEN_FILE]]
+    needles = [files[paths.TOKEN_FILE], files[paths.AGENT_TOKEN_FILE]]
     needles += [content for path, content in files.items() if path.endswith((".key",))]
     texts = [ec2_cloud_config(r.inputs) for r in aws_k3s.by_type("aws:ec2/instance:Instance")]
     texts += [agent_user_data(aws_k3s, pool) for pool in ("l4", "h100")]
@@ -219,20 +215,18 @@ def test_one_server_by_default_opens_no_etcd_ports_and_is_its_own_registration_a
         agent_server_url(rec, "l4") == f"https://{rec.by_name('ml-server-0-eni').outputs['privateIp']}:6443"
     )
     # It founds the cluster without asking anyone; embedded etcd, so snapshots exist.
-    script = user_data_files(ec2_cloud_config(rec.by_name("ml-server-0").inputs))[cloudinit.BOOTSTRAP_FILE]
+    script = user_data_files(ec2_cloud_config(rec.by_name("ml-server-0").inputs))[paths.BOOTSTRAP_FILE]
     assert 'log "founding the cluster"' in script and "peers=(" not in script
     assert "snapshot_store.py founded" in script  # not again if the bucket shows it was
 
 
 def agent_server_url(rec: Recording, pool: str) -> str:
     user_data = ec2_cloud_config(rec.by_name(f"ml-gpu-{pool}-lt").inputs)
-    return yaml.safe_load(user_data_files(user_data)[f"{cloudinit.CONFIG_DIR}/config.yaml"])["server"]
+    return yaml.safe_load(user_data_files(user_data)[f"{paths.CONFIG_DIR}/config.yaml"])["server"]
 
 
 def server_peers(rec: Recording, index: int) -> list[str]:
-    script = user_data_files(ec2_cloud_config(rec.by_name(f"ml-server-{index}").inputs))[
-        cloudinit.BOOTSTRAP_FILE
-    ]
+    script = user_data_files(ec2_cloud_config(rec.by_name(f"ml-server-{index}").inputs))[paths.BOOTSTRAP_FILE]
     (line,) = [line for line in script.splitlines() if line.startswith("peers=(")]
     return line.removeprefix("peers=(").removesuffix(")").split()
 
@@ -260,8 +254,8 @@ def test_servers_are_private_imdsv2_encrypted_with_stable_addresses(aws_k3s):
         # No pod gets an IMDSv2 token: the add-ons that use the role run on the host network.
         assert inputs["metadataOptions"]["httpPutResponseHopLimit"] == 1
         files = user_data_files(ec2_cloud_config(inputs))
-        assert cloudinit.POD_METADATA_BLOCK_FILE in files
-        config = yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])
+        assert paths.POD_METADATA_BLOCK_FILE in files
+        config = yaml.safe_load(files[f"{paths.CONFIG_DIR}/config.yaml"])
         # The names the kubeconfig and the agents reach the API by are in every server's certificate.
         registration = aws_k3s.by_name("ml-registration").outputs["dnsName"]
         assert config["tls-san"] == [api_host, registration]
@@ -269,7 +263,7 @@ def test_servers_are_private_imdsv2_encrypted_with_stable_addresses(aws_k3s):
         # Each server asks the two others, at their lasting interface addresses; server 0 alone may found.
         others = [aws_k3s.by_name(f"ml-server-{i}-eni").outputs["privateIp"] for i in range(3) if i != index]
         assert server_peers(aws_k3s, index) == [f"https://{ip}:6443" for ip in others]
-        script = files[cloudinit.BOOTSTRAP_FILE]
+        script = files[paths.BOOTSTRAP_FILE]
         assert ("founding the cluster" in script) == (index == 0)
 
 
@@ -366,7 +360,7 @@ def test_gpu_pools_are_asgs_from_zero_with_template_tags_matching_the_pool(aws_k
 
 def test_agent_labels_in_user_data_match_the_template_tags(aws_k3s):
     for pool in ("l4", "h100"):
-        script = user_data_files(agent_user_data(aws_k3s, pool))[cloudinit.BOOTSTRAP_FILE]
+        script = user_data_files(agent_user_data(aws_k3s, pool))[paths.BOOTSTRAP_FILE]
         node = node_drop_in(script)
         tags = {t["key"]: t["value"] for t in pool_groups(aws_k3s, pool)[0].inputs["tags"]}
         prefix = "k8s.io/cluster-autoscaler/node-template/label/"
@@ -596,7 +590,7 @@ def test_taints_without_a_value_render_as_key_and_effect(aws_k3s_config):
         {"key": "example.com/dedicated", "effect": "NoExecute"}
     ]
     rec = run_program("taints", config)
-    script = user_data_files(agent_user_data(rec, "l4"))[cloudinit.BOOTSTRAP_FILE]
+    script = user_data_files(agent_user_data(rec, "l4"))[paths.BOOTSTRAP_FILE]
     node = node_drop_in(script)
     assert node["node-taint"] == [
         "nvidia.com/gpu=true:NoSchedule",
@@ -631,7 +625,7 @@ def test_servers_ship_etcd_snapshots_to_the_clusters_bucket_with_their_role(aws_
     assert name.startswith("ml-etcd-")
     for index in range(3):
         files = user_data_files(ec2_cloud_config(aws_k3s.by_name(f"ml-server-{index}").inputs))
-        config = yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])
+        config = yaml.safe_load(files[f"{paths.CONFIG_DIR}/config.yaml"])
         assert {key: value for key, value in config.items() if key.startswith("etcd-")} == {
             "etcd-snapshot-schedule-cron": "0 */6 * * *",
             "etcd-snapshot-retention": 28,
@@ -643,9 +637,9 @@ def test_servers_ship_etcd_snapshots_to_the_clusters_bucket_with_their_role(aws_
             "etcd-s3-folder": "ml",
         }
         # No key anywhere: k3s uses the instance role when none is given.
-        assert cloudinit.ETCD_S3_CREDENTIALS_FILE not in files
+        assert paths.ETCD_S3_CREDENTIALS_FILE not in files
     assert (
-        cloudinit.ETCD_S3_CREDENTIALS_FILE
+        paths.ETCD_S3_CREDENTIALS_FILE
         not in json.loads(aws_k3s.by_name("ml-servers-bootstrap-value").inputs["secretString"].value)["files"]
     )
 
@@ -698,13 +692,11 @@ def test_only_the_servers_may_write_snapshots_and_only_to_their_bucket(aws_k3s):
 
 def test_every_node_defers_to_the_aws_cloud_controller_and_is_named_after_its_instance(aws_k3s):
     scripts = [
-        user_data_files(ec2_cloud_config(aws_k3s.by_name(f"ml-server-{i}").inputs))[cloudinit.BOOTSTRAP_FILE]
+        user_data_files(ec2_cloud_config(aws_k3s.by_name(f"ml-server-{i}").inputs))[paths.BOOTSTRAP_FILE]
         for i in range(3)
     ]
     scripts += [
-        user_data_files(ec2_cloud_config(aws_k3s.by_name(f"ml-gpu-{pool}-lt").inputs))[
-            cloudinit.BOOTSTRAP_FILE
-        ]
+        user_data_files(ec2_cloud_config(aws_k3s.by_name(f"ml-gpu-{pool}-lt").inputs))[paths.BOOTSTRAP_FILE]
         for pool in ("l4", "h100")
     ]
     for script in scripts:
@@ -713,9 +705,7 @@ def test_every_node_defers_to_the_aws_cloud_controller_and_is_named_after_its_in
         assert node["node-name"] == "${NODE_NAME}"
     for index in range(3):
         files = user_data_files(ec2_cloud_config(aws_k3s.by_name(f"ml-server-{index}").inputs))
-        assert (
-            yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])["disable-cloud-controller"] is True
-        )
+        assert yaml.safe_load(files[f"{paths.CONFIG_DIR}/config.yaml"])["disable-cloud-controller"] is True
 
 
 def test_the_cloud_controller_goes_first_and_its_node_controllers_only_describe(aws_k3s):

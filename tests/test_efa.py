@@ -232,7 +232,7 @@ def test_a_k3s_efa_node_reserves_the_huge_pages_its_template_advertises(aws_k3s_
     at zero shows the autoscaler exactly that much (`hugepages-2Mi` = 5128 x 2Mi) next to its 32 EFAs. k3s
     (and so containerd and every container) runs without a locked-memory cap."""
 
-    from gpu_k8s.components.k3s.cloudinit import AGENT_POOL_UNIT_DROP_IN, POOL_SYSCTL_FILE
+    from gpu_k8s.components.k3s.paths import AGENT_POOL_UNIT_DROP_IN, POOL_SYSCTL_FILE
     from tests.node_boot import file_content
 
     user_data = yaml.safe_load(ec2_cloud_config(aws_k3s_efa.by_name(f"{K3S_POOL}-lt").inputs))
@@ -368,11 +368,11 @@ def test_an_efa_pool_takes_only_work_that_asks_for_it(aws_eks, gcp_gke):
 
 def test_a_k3s_efa_node_registers_with_the_interconnect_taint(aws_k3s_efa):
 
-    from gpu_k8s.components.k3s import cloudinit
+    from gpu_k8s.components.k3s import paths
     from tests.conftest import node_drop_in, user_data_files
 
     data = ec2_cloud_config(aws_k3s_efa.by_name("ml-gpu-train-lt").inputs)
-    node = node_drop_in(user_data_files(data)[cloudinit.BOOTSTRAP_FILE])
+    node = node_drop_in(user_data_files(data)[paths.BOOTSTRAP_FILE])
     assert "gpu-k8s.io/interconnect=efa:NoSchedule" in node["node-taint"]
 
 

@@ -305,7 +305,7 @@ def test_an_efa_agent_reserves_its_huge_pages_and_lifts_the_memlock_cap_before_k
 ):
     """The pool's kernel settings are applied with the kubelet's, before the install starts k3s (the
     kubelet reports the huge pages it finds at start), and k3s-agent's unit gets its drop-in first."""
-    from gpu_k8s.components.k3s.cloudinit import AGENT_POOL_UNIT_DROP_IN
+    from gpu_k8s.components.k3s.paths import AGENT_POOL_UNIT_DROP_IN
 
     result = boot(aws_agent_scenario(aws_k3s_efa, "ml-gpu-train-lt"), tmp_path)
     assert result.exit_code == 0, result.console

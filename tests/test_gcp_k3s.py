@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from gpu_k8s.components.catalog import load_catalog
-from gpu_k8s.components.k3s import cloudinit
+from gpu_k8s.components.k3s import paths
 from gpu_k8s.components.spec import SUPPORTED_KUBERNETES_MINORS
 from gpu_k8s.providers.gcp import cloud_controller, pd_csi
 from gpu_k8s.providers.gcp.autoscaling import AUTOSCALER_READ_PERMISSIONS, AUTOSCALER_RESIZE_PERMISSIONS
@@ -227,7 +227,7 @@ def test_one_server_opens_no_etcd_port_and_is_its_own_registration_address(gcp_k
     assert [r.name for r in rec.by_type(FORWARDING_RULE)] == ["ml-api"]
     server_address = rec.by_name("ml-server-0-address").outputs["address"]
     assert agent_server_url(rec) == f"https://{server_address}:6443"
-    script = server_files(rec, 0)[cloudinit.BOOTSTRAP_FILE]
+    script = server_files(rec, 0)[paths.BOOTSTRAP_FILE]
     assert 'log "founding the cluster"' in script and "peers=(" not in script
     assert "snapshot_store.py founded" in script  # not again if the bucket shows it was
 
@@ -238,7 +238,7 @@ def server_files(rec: Recording, index: int) -> dict[str, str]:
 
 def agent_server_url(rec: Recording) -> str:
     files = user_data_files(rec.by_name("ml-gpu-l4-template").inputs["metadata"]["user-data"])
-    return yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])["server"]
+    return yaml.safe_load(files[f"{paths.CONFIG_DIR}/config.yaml"])["server"]
 
 
 def test_agents_register_through_an_internal_balancer_in_front_of_every_server(gcp_k3s):
@@ -264,7 +264,7 @@ def test_agents_register_through_an_internal_balancer_in_front_of_every_server(g
 def test_each_server_asks_the_others_at_their_reserved_addresses_and_only_server_0_founds(gcp_k3s):
     addresses = [gcp_k3s.by_name(f"ml-server-{i}-address").outputs["address"] for i in range(3)]
     for index in range(3):
-        script = server_files(gcp_k3s, index)[cloudinit.BOOTSTRAP_FILE]
+        script = server_files(gcp_k3s, index)[paths.BOOTSTRAP_FILE]
         (line,) = [line for line in script.splitlines() if line.startswith("peers=(")]
         others = [f"https://{a}:6443" for i, a in enumerate(addresses) if i != index]
         assert line == f"peers=({' '.join(others)})"
@@ -280,7 +280,7 @@ def test_static_address_is_in_tls_san_the_kubeconfig_and_the_load_balancer(gcp_k
     assert ipaddress.IPv4Address(address["address"]).is_global
     for server in gcp_k3s.by_type(INSTANCE):
         config = yaml.safe_load(
-            user_data_files(server.inputs["metadata"]["user-data"])[f"{cloudinit.CONFIG_DIR}/config.yaml"]
+            user_data_files(server.inputs["metadata"]["user-data"])[f"{paths.CONFIG_DIR}/config.yaml"]
         )
         registration = gcp_k3s.by_name("ml-registration-address").outputs["address"]
         assert config["tls-san"] == [address["address"], registration]
@@ -331,11 +331,9 @@ def test_secrets_are_secret_read_only_by_their_own_identity_and_absent_from_meta
         ),
     }
     files = secret_payload(gcp_k3s, "servers")
-    needles = [files[cloudinit.TOKEN_FILE], files[cloudinit.AGENT_TOKEN_FILE]]
+    needles = [files[paths.TOKEN_FILE], files[paths.AGENT_TOKEN_FILE]]
     needles += [content for path, content in files.items() if path.endswith(".key")]
-    assert secret_payload(gcp_k3s, "agents") == {
-        cloudinit.AGENT_TOKEN_FILE: files[cloudinit.AGENT_TOKEN_FILE]
-    }
+    assert secret_payload(gcp_k3s, "agents") == {paths.AGENT_TOKEN_FILE: files[paths.AGENT_TOKEN_FILE]}
     metadata = [r.inputs["metadata"] for r in gcp_k3s.by_type(INSTANCE) + gcp_k3s.by_type(TEMPLATE)]
     for items in metadata:
         text = json.dumps(items)
@@ -357,12 +355,12 @@ def test_nodes_boot_only_after_their_secret_value_and_access_exist(gcp_k3s):
 
 def test_nodes_read_their_secret_by_name_and_facts_from_the_metadata_server(gcp_k3s):
     files = user_data_files(agent_user_data(gcp_k3s, "l4"))
-    assert "projects/gpu-k8s-demo/secrets/ml-k3s-agents" in files[cloudinit.BOOTSTRAP_FILE]
-    facts = files[cloudinit.NODE_FACTS_FILE]
+    assert "projects/gpu-k8s-demo/secrets/ml-k3s-agents" in files[paths.BOOTSTRAP_FILE]
+    facts = files[paths.NODE_FACTS_FILE]
     assert "NODE_NAME=$(metadata instance/name)" in facts
     assert 'PROVIDER_ID="gce://$(metadata project/project-id)/$ZONE/$NODE_NAME"' in facts
     assert "Metadata-Flavor: Google" in facts
-    assert "provider-id=${PROVIDER_ID}" in node_drop_in(files[cloudinit.BOOTSTRAP_FILE])["kubelet-arg"]
+    assert "provider-id=${PROVIDER_ID}" in node_drop_in(files[paths.BOOTSTRAP_FILE])["kubelet-arg"]
 
 
 @pytest.fixture
@@ -456,7 +454,7 @@ def test_kube_env_parses_like_the_autoscaler_and_matches_the_pool(gcp_k3s):
 def test_kube_env_labels_and_taints_are_the_ones_the_agents_register_with(gcp_k3s):
     for pool in ("l4", "a100"):
         view = autoscaler_view(template(gcp_k3s, pool)["metadata"]["kube-env"])
-        node = node_drop_in(user_data_files(agent_user_data(gcp_k3s, pool))[cloudinit.BOOTSTRAP_FILE])
+        node = node_drop_in(user_data_files(agent_user_data(gcp_k3s, pool))[paths.BOOTSTRAP_FILE])
         # The node's own labels (the rest come from node facts, which the autoscaler derives itself).
         own_labels = dict(label.split("=", 1) for label in node["node-label"] if "${" not in label)
         assert own_labels == view["labels"]
@@ -521,7 +519,7 @@ def test_autoscaler_values_exist_in_the_pinned_chart(gcp_k3s):
 
 def test_spot_agents_hold_shutdown_for_the_preemption_notice(gcp_k3s):
     spot = user_data_files(agent_user_data(gcp_k3s, "l4"))
-    drop_in = yaml.safe_load(spot[cloudinit.KUBELET_CONFIG_DROP_IN])
+    drop_in = yaml.safe_load(spot[paths.KUBELET_CONFIG_DROP_IN])
     assert drop_in == {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -535,8 +533,8 @@ def test_spot_agents_hold_shutdown_for_the_preemption_notice(gcp_k3s):
         for key in ("shutdownGracePeriod", "shutdownGracePeriodCriticalPods")
     )
     assert grace < 30 and grace - critical == 15
-    assert cloudinit.KUBELET_CONFIG_DROP_IN.endswith(".conf"), "the kubelet reads only *.conf drop-ins"
-    assert cloudinit.KUBELET_CONFIG_DROP_IN not in user_data_files(agent_user_data(gcp_k3s, "a100"))
+    assert paths.KUBELET_CONFIG_DROP_IN.endswith(".conf"), "the kubelet reads only *.conf drop-ins"
+    assert paths.KUBELET_CONFIG_DROP_IN not in user_data_files(agent_user_data(gcp_k3s, "a100"))
 
 
 # --- storage ---
@@ -834,7 +832,7 @@ def test_servers_ship_etcd_snapshots_to_the_clusters_bucket_with_their_own_hmac_
     assert key.inputs["serviceAccountEmail"] == SERVERS_SA.removeprefix("serviceAccount:")
     for index in range(3):
         files = server_files(gcp_k3s, index)
-        config = yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])
+        config = yaml.safe_load(files[f"{paths.CONFIG_DIR}/config.yaml"])
         assert (config["etcd-s3"], config["etcd-s3-endpoint"], config["etcd-s3-bucket"]) == (
             True,
             "storage.googleapis.com",
@@ -843,12 +841,12 @@ def test_servers_ship_etcd_snapshots_to_the_clusters_bucket_with_their_own_hmac_
         assert config["etcd-s3-folder"] == "ml" and config["etcd-snapshot-retention"] == 28
         assert "etcd-s3-secret-key" not in json.dumps(files)
     # The key reaches only the servers, through their secret, as a k3s config drop-in.
-    credentials = yaml.safe_load(secret_payload(gcp_k3s, "servers")[cloudinit.ETCD_S3_CREDENTIALS_FILE])
+    credentials = yaml.safe_load(secret_payload(gcp_k3s, "servers")[paths.ETCD_S3_CREDENTIALS_FILE])
     assert credentials == {
         "etcd-s3-access-key": key.outputs["accessId"],
         "etcd-s3-secret-key": key.outputs["secret"],
     }
-    assert cloudinit.ETCD_S3_CREDENTIALS_FILE not in secret_payload(gcp_k3s, "agents")
+    assert paths.ETCD_S3_CREDENTIALS_FILE not in secret_payload(gcp_k3s, "agents")
 
 
 def test_the_snapshot_bucket_and_its_key_wait_for_the_cloud_storage_api(gcp_k3s):
@@ -910,10 +908,8 @@ def test_every_node_defers_to_the_gce_cloud_controller_which_reads_the_cloud_con
     subnetwork = gcp_k3s.by_name("ml-network-nodes").outputs["name"]
     for index in range(3):
         files = server_files(gcp_k3s, index)
-        assert "cloud-provider=external" in node_drop_in(files[cloudinit.BOOTSTRAP_FILE])["kubelet-arg"]
-        assert (
-            yaml.safe_load(files[f"{cloudinit.CONFIG_DIR}/config.yaml"])["disable-cloud-controller"] is True
-        )
+        assert "cloud-provider=external" in node_drop_in(files[paths.BOOTSTRAP_FILE])["kubelet-arg"]
+        assert yaml.safe_load(files[f"{paths.CONFIG_DIR}/config.yaml"])["disable-cloud-controller"] is True
         assert files["/etc/kubernetes/cloud.config"] == (
             "[global]\n"
             "project-id = gpu-k8s-demo\n"
@@ -924,7 +920,7 @@ def test_every_node_defers_to_the_gce_cloud_controller_which_reads_the_cloud_con
         )
     for pool in ("l4", "a100"):
         agent = user_data_files(agent_user_data(gcp_k3s, pool))
-        assert "cloud-provider=external" in node_drop_in(agent[cloudinit.BOOTSTRAP_FILE])["kubelet-arg"]
+        assert "cloud-provider=external" in node_drop_in(agent[paths.BOOTSTRAP_FILE])["kubelet-arg"]
         assert "/etc/kubernetes/cloud.config" not in agent
 
 

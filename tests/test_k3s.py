@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 import yaml
 
-from gpu_k8s.components.k3s import cloudinit, pki
+from gpu_k8s.components.k3s import cloudinit, paths, pki
 from gpu_k8s.components.k3s.cloudinit import AgentNode, NodeBootstrap, ServerNode, SnapshotStore
 from gpu_k8s.components.k3s.files import write_secret_files
 from gpu_k8s.providers.aws.k3s_bootstrap import EC2_USER_DATA_LIMIT, aws_node_bootstrap, ec2_user_data
@@ -147,7 +147,7 @@ def test_the_schema_check_catches_a_misspelt_key(cloud_config_validator):
 def test_every_shell_script_passes_shellcheck(golden, tmp_path: Path):
     files = user_data_files(RENDERED[golden]())
     scripts = [path for path in files if path.endswith(".sh")]
-    assert {cloudinit.BOOTSTRAP_FILE, cloudinit.NODE_FACTS_FILE} <= set(scripts)
+    assert {paths.BOOTSTRAP_FILE, paths.NODE_FACTS_FILE} <= set(scripts)
     for path in scripts:
         script = tmp_path / Path(path).name
         script.write_text(files[path])
@@ -167,7 +167,7 @@ def test_shellcheck_still_catches_an_unquoted_expansion(tmp_path: Path):
 
 
 def test_agents_set_their_provider_id_real_instance_type_zone_labels_and_taints():
-    script = user_data_files(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
+    script = user_data_files(RENDERED["aws-agent.yaml"]())[paths.BOOTSTRAP_FILE]
     config = node_drop_in(script)
     assert "provider-id=${PROVIDER_ID}" in config["kubelet-arg"]
     assert {
@@ -180,14 +180,14 @@ def test_agents_set_their_provider_id_real_instance_type_zone_labels_and_taints(
     } <= set(config["node-label"])
     assert config["node-taint"] == ["nvidia.com/gpu=true:NoSchedule"]
     # The facts come from instance metadata, in the format the cluster-autoscaler parses.
-    facts = user_data_files(RENDERED["aws-agent.yaml"]())[cloudinit.NODE_FACTS_FILE]
+    facts = user_data_files(RENDERED["aws-agent.yaml"]())[paths.NODE_FACTS_FILE]
     assert "NODE_NAME=$(imds instance-id)" in facts and 'PROVIDER_ID="aws:///$ZONE/$NODE_NAME"' in facts
     assert config["node-name"] == "${NODE_NAME}"
     assert "X-aws-ec2-metadata-token" in facts
 
 
 def test_agents_wait_for_the_server_boundedly_before_installing():
-    script = user_data_files(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
+    script = user_data_files(RENDERED["aws-agent.yaml"]())[paths.BOOTSTRAP_FILE]
     wait, install = script.index("/cacerts"), script.index("INSTALL_K3S_EXEC=agent")
     assert wait < install
     assert script.index("retry() {") < script.index('retry "waiting for server')
@@ -197,11 +197,9 @@ def test_agents_wait_for_the_server_boundedly_before_installing():
 
 
 def test_server_config_is_hardened_and_reads_tokens_from_files():
-    config = yaml.safe_load(
-        user_data_files(RENDERED["aws-server.yaml"]())[f"{cloudinit.CONFIG_DIR}/config.yaml"]
-    )
-    assert config["token-file"] == cloudinit.TOKEN_FILE
-    assert config["agent-token-file"] == cloudinit.AGENT_TOKEN_FILE
+    config = yaml.safe_load(user_data_files(RENDERED["aws-server.yaml"]())[f"{paths.CONFIG_DIR}/config.yaml"])
+    assert config["token-file"] == paths.TOKEN_FILE
+    assert config["agent-token-file"] == paths.AGENT_TOKEN_FILE
     assert config["tls-san"] == list(SERVER.tls_sans)
     assert config["secrets-encryption"] is True and config["protect-kernel-defaults"] is True
     # The admin kubeconfig k3s writes on the server holds a cluster-admin key: root only.
@@ -210,15 +208,15 @@ def test_server_config_is_hardened_and_reads_tokens_from_files():
     assert "cluster-init" not in config and "server" not in config
     assert "local-storage" in config["disable"]
     apiserver = config["kube-apiserver-arg"]
-    assert f"audit-policy-file={cloudinit.AUDIT_POLICY_FILE}" in apiserver
-    assert f"admission-control-config-file={cloudinit.ADMISSION_CONFIG_FILE}" in apiserver
+    assert f"audit-policy-file={paths.AUDIT_POLICY_FILE}" in apiserver
+    assert f"admission-control-config-file={paths.ADMISSION_CONFIG_FILE}" in apiserver
 
 
 @pytest.mark.parametrize("golden", ["aws-server.yaml", "aws-joining-server.yaml", "gce-server.yaml"])
 def test_every_server_names_itself_from_its_own_facts_with_the_system_labels(golden):
     """A joining server's node settings are its own (name, provider ID, zone, system pool label), never a
     copy of another's: the cloud controller and the policy recognise servers by them."""
-    config = node_drop_in(user_data_files(RENDERED[golden]())[cloudinit.BOOTSTRAP_FILE])
+    config = node_drop_in(user_data_files(RENDERED[golden]())[paths.BOOTSTRAP_FILE])
     assert config["node-name"] == "${NODE_NAME}"
     assert "provider-id=${PROVIDER_ID}" in config["kubelet-arg"]
     assert {
@@ -228,23 +226,19 @@ def test_every_server_names_itself_from_its_own_facts_with_the_system_labels(gol
     } <= set(config["node-label"])
     # The servers' taint is in every server's config.yaml, not in the per-node settings.
     assert "node-taint" not in config
-    server_config = yaml.safe_load(user_data_files(RENDERED[golden]())[f"{cloudinit.CONFIG_DIR}/config.yaml"])
+    server_config = yaml.safe_load(user_data_files(RENDERED[golden]())[f"{paths.CONFIG_DIR}/config.yaml"])
     assert server_config["node-taint"] == ["CriticalAddonsOnly=true:NoExecute"]
 
 
 def test_kernel_settings_are_applied_before_k3s_starts():
     files = user_data_files(RENDERED["aws-server.yaml"]())
-    assert files[cloudinit.SYSCTL_FILE].splitlines() == [
-        f"{k}={v}" for k, v in cloudinit.KUBELET_SYSCTLS.items()
-    ]
-    script = files[cloudinit.BOOTSTRAP_FILE]
+    assert files[paths.SYSCTL_FILE].splitlines() == [f"{k}={v}" for k, v in cloudinit.KUBELET_SYSCTLS.items()]
+    script = files[paths.BOOTSTRAP_FILE]
     assert script.index("sysctl --system") < script.index("k3s-install.sh")
 
 
 def test_pod_security_exempts_the_gpu_operator_and_kube_system():
-    admission = yaml.safe_load(
-        user_data_files(RENDERED["aws-server.yaml"]())[cloudinit.ADMISSION_CONFIG_FILE]
-    )
+    admission = yaml.safe_load(user_data_files(RENDERED["aws-server.yaml"]())[paths.ADMISSION_CONFIG_FILE])
     configuration = admission["plugins"][0]["configuration"]
     assert configuration["exemptions"]["namespaces"] == ["gpu-operator", "kube-system"]
     assert configuration["defaults"]["enforce"] == "baseline"
@@ -252,7 +246,7 @@ def test_pod_security_exempts_the_gpu_operator_and_kube_system():
 
 
 def test_install_script_is_pinned_to_the_release_tag():
-    script = user_data_files(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
+    script = user_data_files(RENDERED["aws-agent.yaml"]())[paths.BOOTSTRAP_FILE]
     assert "https://raw.githubusercontent.com/k3s-io/k3s/v1.36.3%2Bk3s1/install.sh" in script
     assert "INSTALL_K3S_VERSION=v1.36.3+k3s1" in script
     assert "get.k3s.io" not in script
@@ -270,14 +264,14 @@ def test_secret_payloads_name_the_files_k3s_reads():
     tls_files = {"server-ca.crt": "A", "service.key": "B", "etcd/peer-ca.key": "C"}
     server = json.loads(cloudinit.server_secret_payload("K10s::server:x", "K10a::node:y", tls_files))["files"]
     assert server == {
-        cloudinit.TOKEN_FILE: "K10s::server:x",
-        cloudinit.AGENT_TOKEN_FILE: "K10a::node:y",
-        f"{cloudinit.TLS_DIR}/server-ca.crt": "A",
-        f"{cloudinit.TLS_DIR}/service.key": "B",
-        f"{cloudinit.TLS_DIR}/etcd/peer-ca.key": "C",
+        paths.TOKEN_FILE: "K10s::server:x",
+        paths.AGENT_TOKEN_FILE: "K10a::node:y",
+        f"{paths.TLS_DIR}/server-ca.crt": "A",
+        f"{paths.TLS_DIR}/service.key": "B",
+        f"{paths.TLS_DIR}/etcd/peer-ca.key": "C",
     }
     agent = json.loads(cloudinit.agent_secret_payload("K10a::node:y"))["files"]
-    assert agent == {cloudinit.AGENT_TOKEN_FILE: "K10a::node:y"}
+    assert agent == {paths.AGENT_TOKEN_FILE: "K10a::node:y"}
 
 
 def _self_signed_pem(name: str) -> str:
@@ -332,13 +326,13 @@ def test_server_tls_files_put_the_root_behind_every_ca():
 
 
 def test_secret_writer_writes_private_files_and_nothing_from_a_broken_payload(tmp_path, monkeypatch, capsys):
-    write_secret_files.write_files(json.dumps({"files": {cloudinit.TOKEN_FILE: "K10abc::node:x"}}), tmp_path)
-    target = tmp_path / cloudinit.TOKEN_FILE.lstrip("/")
+    write_secret_files.write_files(json.dumps({"files": {paths.TOKEN_FILE: "K10abc::node:x"}}), tmp_path)
+    target = tmp_path / paths.TOKEN_FILE.lstrip("/")
     assert target.read_text() == "K10abc::node:x"
     assert oct(target.stat().st_mode & 0o777) == "0o600"
     assert oct(target.parent.stat().st_mode & 0o777) == "0o700"
     assert "K10abc" not in capsys.readouterr().out
-    monkeypatch.setattr("sys.stdin", io.StringIO('{"files": {"' + cloudinit.AGENT_TOKEN_FILE + '": "x"'))
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"files": {"' + paths.AGENT_TOKEN_FILE + '": "x"'))
     assert write_secret_files.main() == 1
 
 
@@ -368,7 +362,7 @@ def test_the_secret_writer_writes_every_path_the_payloads_hold():
     ],
 )
 def test_a_payload_naming_any_other_path_writes_nothing(tmp_path, path):
-    payload = json.dumps({"files": {cloudinit.TOKEN_FILE: "K10abc::node:x", path: "evil"}})
+    payload = json.dumps({"files": {paths.TOKEN_FILE: "K10abc::node:x", path: "evil"}})
     with pytest.raises(write_secret_files.RefusedPath):
         write_secret_files.write_files(payload, tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -376,7 +370,7 @@ def test_a_payload_naming_any_other_path_writes_nothing(tmp_path, path):
 
 @pytest.mark.parametrize("content", [None, 3, ["x"]])
 def test_a_payload_with_content_that_is_not_text_writes_nothing(tmp_path, monkeypatch, content):
-    files = {cloudinit.TOKEN_FILE: "K10abc::node:x", cloudinit.AGENT_TOKEN_FILE: content}
+    files = {paths.TOKEN_FILE: "K10abc::node:x", paths.AGENT_TOKEN_FILE: content}
     with pytest.raises(ValueError):
         write_secret_files.write_files(json.dumps({"files": files}), tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -386,16 +380,16 @@ def test_a_payload_with_content_that_is_not_text_writes_nothing(tmp_path, monkey
 
 def test_the_secret_writer_never_writes_through_a_symbolic_link(tmp_path):
     elsewhere = tmp_path / "elsewhere"
-    token = tmp_path / cloudinit.TOKEN_FILE.lstrip("/")
+    token = tmp_path / paths.TOKEN_FILE.lstrip("/")
     token.parent.mkdir(parents=True)
     token.symlink_to(elsewhere)
     with pytest.raises(OSError):
-        write_secret_files.write_files(json.dumps({"files": {cloudinit.TOKEN_FILE: "x"}}), tmp_path)
+        write_secret_files.write_files(json.dumps({"files": {paths.TOKEN_FILE: "x"}}), tmp_path)
     assert not elsewhere.exists()
 
 
 def test_the_bootstrap_retry_gives_up_after_its_attempts_and_stops_at_success(tmp_path: Path):
-    script = user_data_files(RENDERED["aws-agent.yaml"]())[cloudinit.BOOTSTRAP_FILE]
+    script = user_data_files(RENDERED["aws-agent.yaml"]())[paths.BOOTSTRAP_FILE]
     start = script.index("waited=0")
     retry = script[start : script.index("\n}\n", script.index("retry() {")) + 3]
     harness = tmp_path / "retry.sh"
@@ -425,18 +419,18 @@ def test_node_bootstrap_is_whatever_the_provider_supplies():
         snapshot_store_py="print('s')\n",
     )
     files = user_data_files(cloudinit.agent_cloud_config(AGENT, custom))
-    assert files[cloudinit.NODE_FACTS_FILE] == custom.node_facts_sh
-    assert files[cloudinit.FETCH_FILE] == custom.fetch_secret_py
-    assert cloudinit.SNAPSHOT_STORE_FILE not in files
+    assert files[paths.NODE_FACTS_FILE] == custom.node_facts_sh
+    assert files[paths.FETCH_FILE] == custom.fetch_secret_py
+    assert paths.SNAPSHOT_STORE_FILE not in files
     server_files = user_data_files(cloudinit.server_cloud_config(SERVER, custom))
-    assert server_files[cloudinit.SNAPSHOT_STORE_FILE] == custom.snapshot_store_py
+    assert server_files[paths.SNAPSHOT_STORE_FILE] == custom.snapshot_store_py
 
 
 @pytest.mark.parametrize("golden", sorted(RENDERED))
 def test_load_balancer_health_checks_reach_kube_proxy_on_every_node(golden):
     """k3s binds kube-proxy's health endpoint to 127.0.0.1; Compute Engine's load balancers ask each node
     on port 10256, so every node (server or agent) binds it on all addresses."""
-    config = yaml.safe_load(user_data_files(RENDERED[golden]())[f"{cloudinit.CONFIG_DIR}/config.yaml"])
+    config = yaml.safe_load(user_data_files(RENDERED[golden]())[f"{paths.CONFIG_DIR}/config.yaml"])
     assert config["kube-proxy-arg"] == ["healthz-bind-address=0.0.0.0:10256"]
 
 

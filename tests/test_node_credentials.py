@@ -17,7 +17,7 @@ import botocore.credentials
 import botocore.session
 import pytest
 
-from gpu_k8s.components.k3s import cloudinit
+from gpu_k8s.components.k3s import paths
 from gpu_k8s.providers.aws import k3s_agents
 from gpu_k8s.providers.aws.efa import EFA_PLUGIN_REGISTRY, EFA_PLUGIN_REPOSITORY, efa_plugin_pull_policy
 from gpu_k8s.providers.aws.files import aws_api
@@ -167,7 +167,7 @@ def test_efa_agents_register_the_provider_with_the_kubelet_and_pull_only_the_plu
         return user_data_files(user_data)
 
     train = agent_files(aws_k3s_efa, "ml-gpu-train-lt")
-    config = json.loads(json.dumps(__import__("yaml").safe_load(train[cloudinit.CREDENTIAL_PROVIDER_CONFIG])))
+    config = json.loads(json.dumps(__import__("yaml").safe_load(train[paths.CREDENTIAL_PROVIDER_CONFIG])))
     assert config == {
         "apiVersion": "kubelet.config.k8s.io/v1",
         "kind": "CredentialProviderConfig",
@@ -181,24 +181,24 @@ def test_efa_agents_register_the_provider_with_the_kubelet_and_pull_only_the_plu
         ],
     }
     assert (
-        train[f"{cloudinit.LIB_DIR}/ecr-credential-provider"]
+        train[f"{paths.LIB_DIR}/ecr-credential-provider"]
         == (FILES / "ecr_credential_provider.py").read_text()
     )
-    script = train[cloudinit.BOOTSTRAP_FILE]
+    script = train[paths.BOOTSTRAP_FILE]
     link = (
-        f"ln -sf {cloudinit.LIB_DIR}/ecr-credential-provider "
-        f"{cloudinit.CREDENTIAL_PROVIDER_BIN_DIR}/ecr-credential-provider"
+        f"ln -sf {paths.LIB_DIR}/ecr-credential-provider "
+        f"{paths.CREDENTIAL_PROVIDER_BIN_DIR}/ecr-credential-provider"
     )
     assert link in script
     assert script.index(link) < script.index("install_k3s()")
     assert {
-        f"image-credential-provider-config={cloudinit.CREDENTIAL_PROVIDER_CONFIG}",
-        f"image-credential-provider-bin-dir={cloudinit.CREDENTIAL_PROVIDER_BIN_DIR}",
+        f"image-credential-provider-config={paths.CREDENTIAL_PROVIDER_CONFIG}",
+        f"image-credential-provider-bin-dir={paths.CREDENTIAL_PROVIDER_BIN_DIR}",
     } <= set(node_drop_in(script)["kubelet-arg"])
     # Agents of other pools carry none of it.
     other = agent_files(aws_k3s_efa, "ml-gpu-l4-lt")
-    assert cloudinit.CREDENTIAL_PROVIDER_CONFIG not in other
-    assert "image-credential-provider" not in other[cloudinit.BOOTSTRAP_FILE]
+    assert paths.CREDENTIAL_PROVIDER_CONFIG not in other
+    assert "image-credential-provider" not in other[paths.BOOTSTRAP_FILE]
     pull = aws_k3s_efa.by_name("ml-agent-efa-plugin-pull")
     assert json.loads(pull.inputs["policy"]) == efa_plugin_pull_policy()
     assert pull.urn in aws_k3s_efa.by_name("ml-gpu-train-asg-0").dependencies

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_k8s.components.k3s import cloudinit
+from gpu_k8s.components.k3s import paths
 from tests.conftest import user_data_files
 from tests.test_k3s import RENDERED
 
@@ -82,7 +82,7 @@ def run_node(block_script: str, workdir: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("golden", ["aws-agent.yaml", "aws-server.yaml", "gce-server.yaml"])
 def test_the_rule_refuses_metadata_to_pods_and_keeps_it_for_the_node(tmp_path, golden):
-    facts = run_node(user_data_files(RENDERED[golden]())[cloudinit.POD_METADATA_BLOCK_FILE], tmp_path)
+    facts = run_node(user_data_files(RENDERED[golden]())[paths.POD_METADATA_BLOCK_FILE], tmp_path)
     assert (facts["before.pod"], facts["before.node"]) == ("200", "200")
     assert (facts["after.pod"], facts["after.node"]) == ("000", "200")
     # Applied before every k3s start: still one rule however often.
@@ -96,16 +96,16 @@ def test_the_node_check_would_see_a_rule_that_does_not_hold(tmp_path):
 
 def test_every_agent_and_server_applies_the_rule_before_k3s_starts_and_networkd_keeps_it():
     goldens = {
-        "aws-agent.yaml": cloudinit.AGENT_UNIT_DROP_IN,
-        "gce-spot-agent.yaml": cloudinit.AGENT_UNIT_DROP_IN,
-        "aws-server.yaml": cloudinit.SERVER_UNIT_DROP_IN,
-        "aws-joining-server.yaml": cloudinit.SERVER_UNIT_DROP_IN,
-        "aws-single-server.yaml": cloudinit.SERVER_UNIT_DROP_IN,
-        "gce-server.yaml": cloudinit.SERVER_UNIT_DROP_IN,
+        "aws-agent.yaml": paths.AGENT_UNIT_DROP_IN,
+        "gce-spot-agent.yaml": paths.AGENT_UNIT_DROP_IN,
+        "aws-server.yaml": paths.SERVER_UNIT_DROP_IN,
+        "aws-joining-server.yaml": paths.SERVER_UNIT_DROP_IN,
+        "aws-single-server.yaml": paths.SERVER_UNIT_DROP_IN,
+        "gce-server.yaml": paths.SERVER_UNIT_DROP_IN,
     }
     for golden, unit in goldens.items():
         files = user_data_files(RENDERED[golden]())
-        assert files[unit] == f"[Service]\nExecStartPre={cloudinit.POD_METADATA_BLOCK_FILE}\n"
-        assert "ManageForeignRoutingPolicyRules=no" in files[cloudinit.NETWORKD_DROP_IN].splitlines()
+        assert files[unit] == f"[Service]\nExecStartPre={paths.POD_METADATA_BLOCK_FILE}\n"
+        assert "ManageForeignRoutingPolicyRules=no" in files[paths.NETWORKD_DROP_IN].splitlines()
         entries = {f["path"]: f for f in yaml.safe_load(RENDERED[golden]())["write_files"]}
-        assert entries[cloudinit.POD_METADATA_BLOCK_FILE]["permissions"] == "0700"
+        assert entries[paths.POD_METADATA_BLOCK_FILE]["permissions"] == "0700"

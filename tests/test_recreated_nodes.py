@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gpu_k8s.components.k3s.cloudinit import LIB_DIR, SYSTEMD_DIR
+from gpu_k8s.components.k3s.paths import LIB_DIR, SYSTEMD_DIR
 from gpu_k8s.providers.gcp.k3s_bootstrap import FILES, RECREATED_NODES
 from tests.conftest import user_data_files
 

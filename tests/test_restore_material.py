@@ -11,7 +11,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from gpu_k8s.components.k3s import cloudinit
+from gpu_k8s.components.k3s import paths
 from gpu_k8s.tools.engine import Recording, Secret
 
 PLATFORMS = {
@@ -47,7 +47,7 @@ def test_a_kept_gcp_secret_is_named_for_its_cluster_so_a_new_stack_of_that_name_
     value = gcp_k3s.by_name("ml-servers-bootstrap-value").inputs["secretData"]
     assert isinstance(value, Secret)
     files = json.loads(value.value)["files"]
-    root = x509.load_pem_x509_certificates(files[f"{cloudinit.TLS_DIR}/server-ca.crt"].encode())[-1]
+    root = x509.load_pem_x509_certificates(files[f"{paths.TLS_DIR}/server-ca.crt"].encode())[-1]
     digest = hashlib.sha256(root.public_bytes(serialization.Encoding.DER)).hexdigest()
     assert secret_id == f"ml-k3s-servers-{digest[:8]}"
     assert gcp_k3s.by_name("ml-agents-bootstrap").inputs["secretId"] == "ml-k3s-agents"
@@ -57,6 +57,6 @@ def test_the_kept_secret_holds_what_a_restore_needs(aws_k3s):
     value = aws_k3s.by_name("ml-servers-bootstrap-value").inputs["secretString"]
     assert isinstance(value, Secret)
     files = json.loads(value.value)["files"]
-    assert files[cloudinit.TOKEN_FILE].startswith("K10")
+    assert files[paths.TOKEN_FILE].startswith("K10")
     for ca in ("server-ca", "client-ca", "etcd/server-ca", "etcd/peer-ca", "request-header-ca"):
-        assert "PRIVATE KEY" in files[f"{cloudinit.TLS_DIR}/{ca}.key"]
+        assert "PRIVATE KEY" in files[f"{paths.TLS_DIR}/{ca}.key"]

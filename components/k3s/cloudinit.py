@@ -9,43 +9,53 @@ snippet that reads the node's facts (provider ID, instance type, zone, region) f
 from __future__ import annotations
 
 import json
-import shlex
-import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote
 
+from gpu_k8s.components.k3s.boot_script import (
+    ServerTask,
+    bootstrap_script,
+    join_or_found,
+    server_started,
+    wait_for_server,
+)
+from gpu_k8s.components.k3s.paths import (
+    ADMISSION_CONFIG_FILE,
+    AGENT_POOL_UNIT_DROP_IN,
+    AGENT_TOKEN_FILE,
+    AGENT_UNIT_DROP_IN,
+    AUDIT_LOG_DIR,
+    AUDIT_POLICY_FILE,
+    BOOTSTRAP_FILE,
+    CONFIG_DIR,
+    CREDENTIAL_PROVIDER_BIN_DIR,
+    CREDENTIAL_PROVIDER_CONFIG,
+    ETCD_S3_CREDENTIALS_FILE,
+    FETCH_FILE,
+    KUBELET_CONFIG_DROP_IN,
+    LIB_DIR,
+    NETWORKD_DROP_IN,
+    NODE_FACTS_FILE,
+    POD_METADATA_BLOCK_FILE,
+    POOL_SYSCTL_FILE,
+    SERVER_UNIT_DROP_IN,
+    SNAPSHOT_STORE_FILE,
+    SYSCTL_FILE,
+    SYSTEMD_DIR,
+    TLS_DIR,
+    TOKEN_FILE,
+    WRITE_SECRET_FILES_FILE,
+)
 from gpu_k8s.components.spec import TaintSpec
 from gpu_k8s.components.yamltext import yaml_text
 
-CONFIG_DIR = "/etc/rancher/k3s"
-DATA_DIR = "/var/lib/rancher/k3s"
-SERVER_DIR = f"{DATA_DIR}/server"
-TLS_DIR = f"{SERVER_DIR}/tls"
-TOKEN_FILE = f"{CONFIG_DIR}/token"
-AGENT_TOKEN_FILE = f"{CONFIG_DIR}/agent-token"
-NODE_CONFIG = f"{CONFIG_DIR}/config.yaml.d/10-node.yaml"
-AUDIT_POLICY_FILE = f"{SERVER_DIR}/audit.yaml"
-AUDIT_LOG_DIR = f"{SERVER_DIR}/logs"
-ADMISSION_CONFIG_FILE = f"{SERVER_DIR}/psa.yaml"
-SYSCTL_FILE = "/etc/sysctl.d/90-kubelet.conf"
-POOL_SYSCTL_FILE = "/etc/sysctl.d/91-gpu-k8s-pool.conf"
-LIB_DIR = "/usr/local/lib/gpu-k8s"
-NODE_FACTS_FILE = f"{LIB_DIR}/node-facts.sh"
-FETCH_FILE = f"{LIB_DIR}/fetch-secret.py"
-SNAPSHOT_STORE_FILE = f"{LIB_DIR}/snapshot_store.py"
-WRITE_SECRET_FILES_FILE = f"{LIB_DIR}/write-secret-files.py"
 WRITE_SECRET_FILES_SCRIPT = Path(__file__).parent / "files" / "write_secret_files.py"
 # Servers take no workloads: they hold the cluster's CA keys and, through their instance identity, the
 # bootstrap secret. k3s's packaged CoreDNS tolerates this taint (k3s manifests/coredns.yaml); the add-ons
 # gpu-k8s installs on servers are given the toleration (PlatformTraits.system_tolerations).
 SERVER_TAINT = TaintSpec(key="CriticalAddonsOnly", value="true", effect="NoExecute")
-# Kubelet settings that have no flag go in a drop-in of k3s's kubelet config directory (k3s docs,
-# "Kubelet configuration": the recommended way, k3s >= 1.32).
-KUBELET_CONFIG_DROP_IN = f"{DATA_DIR}/agent/etc/kubelet.conf.d/20-gpu-k8s.conf"
-BOOTSTRAP_FILE = f"{LIB_DIR}/bootstrap.sh"
 # Pods on any k3s node reach no instance metadata, where the node's cloud credentials are; the node itself
 # and host-network pods (the termination handler, CSI node plugins, on servers the cloud controller, the CSI
 # controllers and the cluster-autoscaler) keep it. A policy-routing rule refuses what
@@ -54,7 +64,6 @@ BOOTSTRAP_FILE = f"{LIB_DIR}/bootstrap.sh"
 # leave rules it did not make alone (networkd.conf ManageForeignRoutingPolicyRules, systemd >= 249).
 POD_CIDR = "10.42.0.0/16"
 METADATA_ADDRESS = "169.254.169.254"
-POD_METADATA_BLOCK_FILE = f"{LIB_DIR}/block-pod-metadata.sh"
 POD_METADATA_BLOCK = f"""#!/bin/bash
 # gpu-k8s: pods on this node may not reach instance metadata ({METADATA_ADDRESS}).
 set -euo pipefail
@@ -62,16 +71,6 @@ rule=(from {POD_CIDR} to {METADATA_ADDRESS}/32)
 while ip rule del "${{rule[@]}}" 2> /dev/null; do :; done
 ip rule add "${{rule[@]}}" prohibit priority 100
 """
-AGENT_UNIT_DROP_IN = "/etc/systemd/system/k3s-agent.service.d/10-gpu-k8s-pod-metadata.conf"
-SERVER_UNIT_DROP_IN = "/etc/systemd/system/k3s.service.d/10-gpu-k8s-pod-metadata.conf"
-AGENT_POOL_UNIT_DROP_IN = "/etc/systemd/system/k3s-agent.service.d/20-gpu-k8s-pool.conf"
-NETWORKD_DROP_IN = "/etc/systemd/networkd.conf.d/90-gpu-k8s.conf"
-SYSTEMD_DIR = "/etc/systemd/system"
-INSTALL_FILE = f"{LIB_DIR}/k3s-install.sh"
-API_PORT = 6443
-# The install script at the release's tag, so the script is pinned with the binary it installs (it then
-# checks the binary against the release's sha256sum file).
-INSTALL_SCRIPT_URL = "https://raw.githubusercontent.com/k3s-io/k3s/{tag}/install.sh"
 
 # What `protect-kernel-defaults` requires the host to have before k3s starts: the k3s CIS hardening guide
 # lists the first four; the kubelet also checks the root key quotas (kubernetes pkg/kubelet/cm
@@ -84,13 +83,6 @@ KUBELET_SYSCTLS = {
     "kernel.keys.root_maxkeys": "1000000",
     "kernel.keys.root_maxbytes": "25000000",
 }
-# Kubelet settings of the k3s CIS hardening guide ("v1.29 and Newer").
-KUBELET_ARGS = (
-    "streaming-connection-idle-timeout=5m",
-    "tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,"
-    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,"
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
-)
 # kube-proxy's health endpoint on every address, where k3s binds it to 127.0.0.1 (k3s's kube-proxy
 # arguments): Compute Engine's load balancer health checks ask it on each node for a Service with
 # externalTrafficPolicy Cluster (the cloud controller opens 10256 to Google's health-check ranges only).
@@ -104,59 +96,12 @@ EXCLUDE_FROM_LOAD_BALANCERS = {"node.kubernetes.io/exclude-from-external-load-ba
 # Bundled add-ons this toolkit replaces: the cloud's CSI driver is the default storage, and nodes take no
 # host-port load balancers or ingress they were not asked for.
 DISABLED_ADDONS = ("traefik", "servicelb", "local-storage")
-# First-boot steps that wait on something else (the server, the node's identity reaching the secret store)
-# are tried again, waiting 5 s longer each time up to 30 s, until the boot has spent this many seconds
-# waiting, every step together. A GPU agent must register before the cluster-autoscaler gives up on it and
-# deletes it (--max-node-provision-time, 15m0s by default: the cluster-autoscaler chart 9.59.0's values),
-# instance start and the install taking their share: a later success would only be thrown away. Servers
-# have no such clock.
-WAIT_BUDGET_SECONDS = {"agent": 600, "server": 1800}
-# Of that, what waiting for another node (the server, a peer) may not take: the install, and on a server the
-# check that its k3s answers, always get these seconds of retries.
-INSTALL_RESERVE_SECONDS = {"agent": 120, "server": 300}
 # Scheduled etcd snapshots, every six hours; each server keeps its last 28 (a week) in the bucket. k3s's own
 # defaults are every 12 hours and 5 (k3s pkg/cli/cmds/server.go).
 SNAPSHOT_SCHEDULE = "0 */6 * * *"
 SNAPSHOT_RETENTION = 28
-ETCD_S3_CREDENTIALS_FILE = f"{CONFIG_DIR}/config.yaml.d/20-etcd-s3-credentials.yaml"
-# How often the first server asks the others whether a cluster already runs before it founds one. On the
-# cluster's first boot none can answer (they wait for it); after a replacement they answer at once.
-PEER_CHECKS = 3
 
 PodSecurityLevel = Literal["baseline", "restricted"]
-
-
-def install_url(version: str) -> str:
-    return INSTALL_SCRIPT_URL.format(tag=quote(version, safe=""))
-
-
-@dataclass(frozen=True)
-class ServerTask:
-    """A Python script a server runs every `every` (a systemd time span) as a oneshot unit `name`, beside
-    the node scripts (it may import their support files); its output goes to the journal."""
-
-    name: str
-    description: str
-    script: str
-    every: str
-
-    @property
-    def script_path(self) -> str:
-        return f"{LIB_DIR}/{self.name}.py"
-
-    def units(self) -> dict[str, str]:
-        """The service and its timer (unit file name: content); the timer starts the service `every` after
-        it is started and after each run, within 5 s (systemd's default accuracy is a minute)."""
-        service = (
-            f"[Unit]\nDescription={self.description}\nAfter=k3s.service\n\n"
-            f"[Service]\nType=oneshot\nExecStart=/usr/bin/python3 {self.script_path}\n"
-        )
-        timer = (
-            f"[Unit]\nDescription={self.description}, every {self.every}\n\n"
-            f"[Timer]\nOnActiveSec={self.every}\nOnUnitActiveSec={self.every}\nAccuracySec=5s\n\n"
-            "[Install]\nWantedBy=timers.target\n"
-        )
-        return {f"{self.name}.service": service, f"{self.name}.timer": timer}
 
 
 @dataclass(frozen=True)
@@ -220,13 +165,6 @@ class ServerNode:
     external_cloud_provider: bool = False
     # Files the cloud's own add-ons read from the server (path: content), e.g. a cloud config; no secrets.
     extra_files: Mapping[str, str] = field(default_factory=dict)
-
-
-# Where the kubelet looks for image credential providers and their configuration (the k3s defaults of
-# `--image-credential-provider-bin-dir` and `--image-credential-provider-config`, passed explicitly).
-CREDENTIAL_PROVIDER_DIR = "/var/lib/rancher/credentialprovider"
-CREDENTIAL_PROVIDER_BIN_DIR = f"{CREDENTIAL_PROVIDER_DIR}/bin"
-CREDENTIAL_PROVIDER_CONFIG = f"{CREDENTIAL_PROVIDER_DIR}/config.yaml"
 
 
 @dataclass(frozen=True)
@@ -393,229 +331,6 @@ def agent_config(node: AgentNode) -> dict[str, Any]:
 
 def _yaml(document: Mapping[str, Any]) -> str:
     return yaml_text(dict(document), width=1000, literal_blocks=True)
-
-
-def _list_block(key: str, items: Sequence[str]) -> list[str]:
-    return [f"{key}:", *(f'  - "{item}"' for item in items)]
-
-
-def bootstrap_script(
-    role: Literal["server", "agent"],
-    k3s_version: str,
-    secret_name: str,
-    labels: Mapping[str, str],
-    taints: Sequence[str],
-    start: str,
-    external_cloud_provider: bool,
-    kubelet_args: Sequence[str] = (),
-    prepare: str = "",
-    started: str = "",
-) -> str:
-    """The first-boot script: kernel settings, node facts, secrets, node config, `start` (the shell that
-    waits for the cluster, or decides how to start it), install k3s, `started` (what follows once k3s
-    runs). `start` may set `skip_start=true`: k3s is then installed, neither enabled nor started.
-
-    Label and taint strings are validated by the spec (no shell or YAML metacharacters); they are quoted
-    anyway. The node's facts become k3s settings here because they exist only on the node.
-    """
-    cloud_provider = ["cloud-provider=external"] if external_cloud_provider else []
-    node_lines = [
-        'node-name: "${NODE_NAME}"',
-        *_list_block(
-            "kubelet-arg", ["provider-id=${PROVIDER_ID}", *cloud_provider, *KUBELET_ARGS, *kubelet_args]
-        ),
-        *_list_block(
-            "node-label",
-            [
-                "node.kubernetes.io/instance-type=${INSTANCE_TYPE}",
-                "topology.kubernetes.io/zone=${ZONE}",
-                "topology.kubernetes.io/region=${REGION}",
-                *(f"{key}={value}" for key, value in sorted(labels.items())),
-            ],
-        ),
-    ]
-    if taints:
-        node_lines += _list_block("node-taint", list(taints))
-    node_config = "\n".join(node_lines)
-    if role == "server":
-        prepare = f"install -d -m 0700 {AUDIT_LOG_DIR}\n{prepare}"
-    budget = WAIT_BUDGET_SECONDS[role]
-    wait_line = (
-        "# Waiting for another node ends here, so the install keeps its share.\n"
-        f"wait_limit={budget - INSTALL_RESERVE_SECONDS[role]}\n"
-        if "$wait_limit" in start
-        else ""
-    )
-    return f"""#!/bin/bash
-# gpu-k8s first boot of a k3s {role}. Progress goes to the serial console; no secret is ever printed.
-set -euo pipefail
-exec > >(tee -a /var/log/gpu-k8s-bootstrap.log > /dev/console) 2>&1
-log() {{ echo "gpu-k8s: $*"; }}
-# Seconds this boot has waited between attempts, every step together: at most {budget}. (Waits, not the
-# attempts' own time: each question times out within seconds.)
-waited=0
-{wait_line}# keep_trying <what> <command> [limit]: run the command until it succeeds, waiting longer each
-# time; fail once the next wait would take the boot past `limit` ({budget} by default) seconds of waiting.
-keep_trying() {{
-  local attempt=0 pause limit=${{3:-{budget}}}
-  while true; do
-    attempt=$((attempt + 1))
-    if "$2"; then
-      log "$1: done"
-      return 0
-    fi
-    pause=$((attempt < 6 ? attempt * 5 : 30))
-    if [ $((waited + pause)) -gt "$limit" ]; then
-      log "$1: attempt $attempt failed, and this boot has waited $waited of its $limit s"
-      return 1
-    fi
-    log "$1: attempt $attempt failed; trying again in $pause s"
-    sleep "$pause"
-    waited=$((waited + pause))
-  done
-}}
-# retry <what> <command> [limit]: keep_trying, and end the boot when that fails.
-retry() {{
-  keep_trying "$@" || {{
-    log "$1: giving up"
-    exit 1
-  }}
-}}
-skip_start=false
-
-log "applying the kernel settings the kubelet requires"
-sysctl --system > /dev/null
-# shellcheck source=/dev/null
-. {NODE_FACTS_FILE}
-log "node $PROVIDER_ID ($INSTANCE_TYPE in $ZONE)"
-read_secrets() {{ python3 {FETCH_FILE} {shlex.quote(secret_name)} | python3 {WRITE_SECRET_FILES_FILE}; }}
-retry "reading bootstrap secrets from {secret_name}" read_secrets
-{prepare}mkdir -p "$(dirname {NODE_CONFIG})"
-cat > {NODE_CONFIG} <<NODE_CONFIG
-{node_config}
-NODE_CONFIG
-{start}
-# The install script downloads the binary itself, without retrying: the whole step is retried. A retry
-# restarts k3s even when the files are unchanged (the install script skips the start then, so a failed
-# first start would otherwise pass for a started one).
-install_k3s() {{
-  curl -sfL --connect-timeout 10 --max-time 60 --retry 10 --retry-connrefused -o {INSTALL_FILE} \\
-    {shlex.quote(install_url(k3s_version))} &&
-    INSTALL_K3S_SKIP_ENABLE=$skip_start INSTALL_K3S_SKIP_START=$skip_start INSTALL_K3S_FORCE_RESTART=true \\
-      INSTALL_K3S_VERSION={shlex.quote(k3s_version)} INSTALL_K3S_EXEC={role} sh {INSTALL_FILE}
-}}
-retry "installing k3s {k3s_version}" install_k3s
-{started}"""
-
-
-def wait_for_server(url: str) -> str:
-    """An agent installs k3s only once the registration address answers."""
-    return f"""
-server={shlex.quote(url)}
-server_answers() {{ curl -sk --max-time 5 -o /dev/null "$server/cacerts"; }}
-retry "waiting for server $server" server_answers "$wait_limit"
-"""
-
-
-def join_or_found(peer_urls: Sequence[str], founder: bool, bucket: str) -> str:
-    """A server joins the first other server that answers. Only the founder ever founds the cluster, and only
-    when no other server answers (it asks PEER_CHECKS times) and the snapshot bucket is empty: the cluster's
-    first boot. A bucket holding anything (a snapshot, the marker written once the founder's k3s runs) means
-    the cluster was founded before, so the founder waits for a peer like the others; if none answers (every
-    server was lost) it installs k3s without starting it, for a restore by hand, and the boot fails.
-    Founding again would make an empty cluster beside the snapshots (and, where peers come back, a second
-    one)."""
-    store = f"python3 {SNAPSHOT_STORE_FILE}"
-    quoted_bucket = shlex.quote(bucket)
-    ask_store = f"""snapshot_bucket={quoted_bucket}
-ask_snapshot_bucket() {{ bucket_says=$({store} founded "$snapshot_bucket"); }}
-retry "asking the snapshot bucket $snapshot_bucket whether the cluster was founded before" ask_snapshot_bucket
-"""
-    found = f"""log "founding the cluster"
-echo "cluster-init: true" >> {NODE_CONFIG}
-founding=true"""
-    refuse = """log "the snapshot bucket $snapshot_bucket shows the cluster was founded before: not again"
-"""
-    restore = """log "no server answers: installing k3s without starting it, for a restore"
-skip_start=true"""
-    join = f"""log "joining the cluster through $peer"
-printf 'server: "%s"\\n' "$peer" >> {NODE_CONFIG}"""
-    if not peer_urls:
-        decide = f"""{ask_store}if [ "$bucket_says" = new ]; then
-{textwrap.indent(found, "  ")}
-else
-{textwrap.indent(refuse + restore, "  ")}
-fi"""
-        return f"\nfounding=false\n{decide}\n"
-    if founder:
-        peer_wait = 'keep_trying "waiting for another server to join" answering_peer "$wait_limit"'
-        wait_or_restore = f"""if {peer_wait}; then
-{textwrap.indent(join, "  ")}
-  return 0
-fi
-"""
-        decide = f"""for check in $(seq 1 {PEER_CHECKS}); do
-  answering_peer && break
-  log "no other server answers (check $check of {PEER_CHECKS})"
-  sleep 10
-  waited=$((waited + 10))
-done
-founder_start() {{
-  if [ -n "$peer" ]; then
-{textwrap.indent(join, "    ")}
-    return 0
-  fi
-{textwrap.indent(ask_store, "  ")}  if [ "$bucket_says" = new ]; then
-{textwrap.indent(found, "    ")}
-    return 0
-  fi
-{textwrap.indent(refuse + wait_or_restore + restore, "  ")}
-}}
-founder_start"""
-    else:
-        decide = f"""retry "waiting for another server to join" answering_peer "$wait_limit"
-{join}"""
-    peers = " ".join(shlex.quote(url) for url in peer_urls)
-    return f"""
-founding=false
-peers=({peers})
-peer=""
-answering_peer() {{
-  for candidate in "${{peers[@]}}"; do
-    if curl -sk --max-time 5 -o /dev/null "$candidate/cacerts"; then
-      peer=$candidate
-      return 0
-    fi
-  done
-  return 1
-}}
-{decide}
-"""
-
-
-def server_started(bucket: str, tasks: Sequence[ServerTask] = ()) -> str:
-    """After the install: a server installed for a restore ends its boot as failed; the others wait until
-    their k3s answers, and the founder then records the founding in the bucket at once (the first scheduled
-    snapshot may be hours away); then the server's timers start."""
-    timers = " ".join(f"{task.name}.timer" for task in tasks)
-    start_timers = (
-        f'log "starting the server\'s timers: {timers}"\n'
-        f"systemctl daemon-reload\nsystemctl enable --now {timers}\n"
-        if tasks
-        else ""
-    )
-    return f"""if [ "$skip_start" = true ]; then
-  log "k3s is installed, not started: restore a snapshot here (stacks/K3S.md, Restoring)"
-  exit 1
-fi
-local_server_answers() {{ curl -sk --max-time 5 -o /dev/null "https://127.0.0.1:{API_PORT}/cacerts"; }}
-retry "waiting for this server's k3s to answer" local_server_answers
-log "k3s server started"
-if [ "$founding" = true ]; then
-  record_founding() {{ python3 {SNAPSHOT_STORE_FILE} record {shlex.quote(bucket)}; }}
-  retry "recording the founding in the snapshot bucket" record_founding
-fi
-{start_timers}"""
 
 
 def _cloud_config(files: Sequence[Mapping[str, Any]]) -> str:

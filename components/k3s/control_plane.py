@@ -16,7 +16,6 @@ from gpu_k8s.components.cluster import POOL_LABEL, SYSTEM_POOL_NAME, GpuPool, Pl
 from gpu_k8s.components.compat import DriverFacts, operator_driver
 from gpu_k8s.components.gpu_operator import OPERATOR_NAMESPACE
 from gpu_k8s.components.k3s.cloudinit import (
-    API_PORT,
     EXCLUDE_FROM_LOAD_BALANCERS,
     SERVER_TAINT,
     NodeBootstrap,
@@ -26,6 +25,7 @@ from gpu_k8s.components.k3s.cloudinit import (
     server_cloud_config,
     server_secret_payload,
 )
+from gpu_k8s.components.k3s.paths import API_PORT
 from gpu_k8s.components.k3s.pki import K3sPki, root_ca_hash
 from gpu_k8s.components.k3s.settings import K3sClusterSpec
 from gpu_k8s.components.kubeconfig import client_certificate_kubeconfig

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from gpu_k8s.components.k3s.cloudinit import API_PORT
+from gpu_k8s.components.k3s.paths import API_PORT
 from gpu_k8s.components.monitoring import NODE_EXPORTER_PORT
 from gpu_k8s.providers.aws.cloud_controller import cluster_owned_tag
 from gpu_k8s.providers.aws.network import Network

@@ -29,7 +29,7 @@ from gpu_k8s.components.cluster import (
 )
 from gpu_k8s.components.configbase import ConfigIssue, config_path, raise_if_any
 from gpu_k8s.components.k3s.admission import ServerPodPolicy, k3s_system_namespaces
-from gpu_k8s.components.k3s.cloudinit import API_PORT, SnapshotStore
+from gpu_k8s.components.k3s.cloudinit import SnapshotStore
 from gpu_k8s.components.k3s.control_plane import (
     AUTOSCALER_ON_HOST_NETWORK,
     K3sControlPlane,
@@ -37,6 +37,7 @@ from gpu_k8s.components.k3s.control_plane import (
     k3s_traits,
     server_user_data,
 )
+from gpu_k8s.components.k3s.paths import API_PORT
 from gpu_k8s.components.k3s.readiness import gated_kubernetes_provider
 from gpu_k8s.components.k3s.server_count import server_count
 from gpu_k8s.components.k3s.upgrades import K3sUpgrades

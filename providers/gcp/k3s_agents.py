@@ -12,8 +12,9 @@ import pulumi_gcp as gcp
 from gpu_k8s.components.autoscaler import cluster_scale_down_unneeded_time, node_template
 from gpu_k8s.components.cluster import GpuPool
 from gpu_k8s.components.configbase import ConfigIssue, config_path
-from gpu_k8s.components.k3s.cloudinit import API_PORT, AgentNode, agent_cloud_config
+from gpu_k8s.components.k3s.cloudinit import AgentNode, agent_cloud_config
 from gpu_k8s.components.k3s.control_plane import agent_taints
+from gpu_k8s.components.k3s.paths import API_PORT
 from gpu_k8s.providers.gcp.autoscaling import KUBE_ENV_KEY, kube_env
 from gpu_k8s.providers.gcp.iam import NodeServiceAccount
 from gpu_k8s.providers.gcp.k3s_bootstrap import NODE_ACCESS_METADATA, gce_node_bootstrap

@@ -6,7 +6,8 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from gpu_k8s.components.k3s.cloudinit import NodeBootstrap, ServerTask
+from gpu_k8s.components.k3s.boot_script import ServerTask
+from gpu_k8s.components.k3s.cloudinit import NodeBootstrap
 
 FILES = Path(__file__).parent / "files"
 FETCH_SCRIPT = FILES / "fetch_secret.py"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from gpu_k8s.components.k3s.cloudinit import API_PORT
+from gpu_k8s.components.k3s.paths import API_PORT
 from gpu_k8s.components.monitoring import NODE_EXPORTER_PORT
 from gpu_k8s.providers.gcp.iam import NodeServiceAccount
 from gpu_k8s.providers.gcp.network import Network
