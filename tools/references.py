@@ -560,12 +560,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("command", choices=["check", "refresh"])
     parser.add_argument("stacks", nargs="*", help="check: stack names or stack files")
-    parser.add_argument("--google-api-wheel", help="refresh: the pinned google-api-python-client wheel")
-    args = parser.parse_args(argv)
+    parser.epilog = (
+        "refresh takes the sources' options of `python -m gpu_k8s.tools.reference_data refresh -h`"
+    )
+    args, rest = parser.parse_known_args(argv)
     if args.command == "refresh":
-        return reference_data.main(
-            ["refresh", *(["--google-api-wheel", args.google_api_wheel] if args.google_api_wheel else [])]
-        )
+        return reference_data.main(["refresh", *args.stacks, *rest])
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     return _check(args.stacks, sys.stdout)
 
 

@@ -67,11 +67,16 @@ PERMISSIONS = (
 # Service's ports to the nodes. The repository documents no permission set. These are, for each Compute
 # method its load-balancer code calls at v36.3.8, the permissions Google's API reference lists for it, and
 # `use` on what the resources it makes point at (a forwarding rule at its target pool, backend service and
-# address; a target pool at its health check and instances; a backend service at its health check and
-# instance groups), which those lists leave out; every one was in the two predefined roles the servers held
+# address, `useInternal` for an internal one; a target pool at its health check and instances; a backend
+# service at its health check and instance groups), which those lists leave out; and
+# `forwardingRules.update`, which no list names but a later sync may need: it reserves the address of a
+# rule that exists as a static one (gce_loadbalancer_external.go ensureStaticIP; UNCONFIRMED which
+# permission Google checks there). Every one was in the two predefined roles the servers held
 # before (`roles/compute.loadBalancerAdmin` and `roles/compute.securityAdmin`), whose routes, routers, SSL,
 # security and firewall policies, URL maps, proxies and global load balancers the controller never touches
-# (upstream/references/gcp-load-balancer-permissions.json holds the calls, the lists and the two roles).
+# (upstream/references/gcp-load-balancer-permissions.json holds the calls, the lists and the two roles). The
+# images of v33.4.0, v34.2.0 and v35.0.2 (IMAGE_TAGS) make the same calls: their load-balancer files differ
+# from v36.3.8's in no Compute call (read with the same extraction).
 # The writes are still project-wide: Compute grants on these resources take no cluster tag, so the
 # controller can change any load balancer or firewall rule of the project (K3S.md: a project per cluster).
 SERVICE_CONTROLLER_PERMISSIONS = (
@@ -82,6 +87,7 @@ SERVICE_CONTROLLER_PERMISSIONS = (
     "compute.addresses.get",
     "compute.addresses.list",
     "compute.addresses.use",
+    "compute.addresses.useInternal",
     "compute.firewalls.create",
     "compute.firewalls.delete",
     "compute.firewalls.get",
@@ -90,6 +96,7 @@ SERVICE_CONTROLLER_PERMISSIONS = (
     "compute.forwardingRules.delete",
     "compute.forwardingRules.get",
     "compute.forwardingRules.pscDelete",
+    "compute.forwardingRules.update",
     "compute.globalOperations.get",
     "compute.healthChecks.create",
     "compute.healthChecks.delete",
