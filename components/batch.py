@@ -32,7 +32,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpu_k8s.components.batch_spec import TEAM_PRIORITIES, BatchSpec, TeamSpec, team_queue_name
+from gpu_k8s.components.batch_spec import DEFAULT_QUEUE, TEAM_PRIORITIES, BatchSpec, TeamSpec, team_queue_name
 from gpu_k8s.components.cluster import POOL_LABEL, GpuCluster, GpuPool, pod_security_labels
 from gpu_k8s.components.gpu_operator import OPERATOR_NAMESPACE
 from gpu_k8s.components.helm import helm_release
@@ -218,14 +218,15 @@ def cluster_queue(
     }
 
 
-def local_queue(pool_name: str, namespace: str, cluster_queue_name: str | None = None) -> dict[str, Any]:
-    """A namespace's queue for a pool, named after the pool whether it leads to the pool's queue or to its
-    team's queue of the pool, so a job names the pool either way."""
+def local_queue(name: str, namespace: str, cluster_queue_name: str) -> dict[str, Any]:
+    """A namespace's queue for a pool: named after the pool whether it leads to the pool's queue or to its
+    team's queue of the pool, so a job names the pool either way; or `default`, for the jobs that name
+    none."""
     return {
         "apiVersion": KUEUE_API,
         "kind": "LocalQueue",
-        "metadata": {"name": pool_name, "namespace": namespace},
-        "spec": {"clusterQueue": cluster_queue_name or pool_name},
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": cluster_queue_name},
     }
 
 
@@ -446,23 +447,27 @@ class BatchQueues(pulumi.ComponentResource):
                 manifest = cluster_queue(pool, batch.queued_namespaces, check_names)
                 queue = _custom_resource(f"{name}-{pool.spec.name}-queue", manifest, after_flavor)
                 queues.append((queue, pool.spec.name, batch.queued_namespaces))
+            local_names = [pool.spec.name]
+            if pool.spec.name == batch.default_pool:
+                local_names.append(DEFAULT_QUEUE)
             for backing_queue, queue_name, namespaces in queues:
                 for namespace in namespaces:
-                    # A LocalQueue's clusterQueue is immutable (Kueue CRD: self == oldSelf): moving a
-                    # namespace between the shared and a team's queue replaces it, the old one deleted first
-                    # (the new one has its name).
-                    _custom_resource(
-                        f"{name}-{namespace}-{pool.spec.name}-queue",
-                        local_queue(pool.spec.name, namespace, queue_name),
-                        pulumi.ResourceOptions.merge(
-                            after_kueue,
-                            pulumi.ResourceOptions(
-                                depends_on=[backing_queue, team_namespaces[namespace]],
-                                replace_on_changes=["spec.clusterQueue"],
-                                delete_before_replace=True,
+                    for local_name in local_names:
+                        # A LocalQueue's clusterQueue is immutable (Kueue CRD: self == oldSelf): moving a
+                        # namespace between the shared and a team's queue, or `default` to another pool,
+                        # replaces it, the old one deleted first (the new one has its name).
+                        _custom_resource(
+                            f"{name}-{namespace}-{local_name}-queue",
+                            local_queue(local_name, namespace, queue_name),
+                            pulumi.ResourceOptions.merge(
+                                after_kueue,
+                                pulumi.ResourceOptions(
+                                    depends_on=[backing_queue, team_namespaces[namespace]],
+                                    replace_on_changes=["spec.clusterQueue"],
+                                    delete_before_replace=True,
+                                ),
                             ),
-                        ),
-                    )
+                        )
         self.register_outputs({})
 
 

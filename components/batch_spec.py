@@ -78,6 +78,12 @@ class BatchSpec(StrictModel):
     # GPU pods outside the queued namespaces (and the add-ons' own, and namespaces labelled
     # gpu-k8s.io/unqueued-gpus=allowed) are refused, so the quotas hold (review-training.md T10).
     queued_gpus_only: bool = True
+    # The pool whose queue takes the jobs that name none: each queued namespace gets a LocalQueue `default`
+    # leading where the pool's own LocalQueue leads, and Kueue's webhooks give a job created there without
+    # `kueue.x-k8s.io/queue-name` that queue where the namespace is one Kueue manages (Kueue "Setup default
+    # LocalQueue", stable since v0.17; jobframework/defaults.go at v0.19.2), so no job in a queued
+    # namespace runs outside the quotas (review-training.md T10). Unset, such a job runs unqueued.
+    default_pool: str | None = None
 
     @property
     def queued_namespaces(self) -> tuple[str, ...]:
@@ -85,6 +91,10 @@ class BatchSpec(StrictModel):
         if self.teams:
             return tuple(namespace for team in self.teams for namespace in team.namespaces)
         return self.namespaces or ()
+
+
+# The LocalQueue Kueue gives a job that names no queue, in its namespace.
+DEFAULT_QUEUE = "default"
 
 
 def team_queue_name(pool: str, team: str) -> str:
@@ -106,6 +116,7 @@ def batch_issues(batch: BatchSpec, pool_names: Sequence[str] = ()) -> Iterable[C
         yield from _queue_name_issues(batch.teams, pool_names)
     else:
         yield from _namespace_issues(batch.namespaces or (), ("batch", "namespaces"))
+    yield from _default_pool_issues(batch.default_pool, pool_names)
     yield from _duration_issues(
         "podsReadyTimeout",
         batch.pods_ready_timeout,
@@ -123,6 +134,26 @@ def batch_issues(batch: BatchSpec, pool_names: Sequence[str] = ()) -> Iterable[C
         "would wait for it forever)",
         'use "5m"',
     )
+
+
+def _default_pool_issues(default_pool: str | None, pool_names: Sequence[str]) -> Iterable[ConfigIssue]:
+    if default_pool is None:
+        return
+    if default_pool not in pool_names:
+        yield ConfigIssue(
+            config_path("batch", "defaultPool"),
+            default_pool,
+            "names no GPU pool",
+            f"one of: {', '.join(pool_names)}",
+        )
+    elif DEFAULT_QUEUE in pool_names:
+        yield ConfigIssue(
+            config_path("batch", "defaultPool"),
+            default_pool,
+            f"cannot name the queue `{DEFAULT_QUEUE}`: the pool `{DEFAULT_QUEUE}`'s queue has that name (and "
+            "so already takes the jobs that name no queue)",
+            f"rename the pool `{DEFAULT_QUEUE}`, or remove defaultPool",
+        )
 
 
 def _team_issues(teams: tuple[TeamSpec, ...]) -> Iterable[ConfigIssue]:

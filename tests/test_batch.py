@@ -295,6 +295,21 @@ BAD_BATCH = [
         ("at least 0",),
     ),
     ("unknown-batch-key", set_path("batch.queues", 3), "gpu-k8s:cluster.batch.queues", ("unknown key",)),
+    (
+        "default-pool-unknown",
+        set_path("batch.defaultPool", "b200"),
+        "gpu-k8s:cluster.batch.defaultPool",
+        ("names no GPU pool", "one of: l40s, a10g-shared"),
+    ),
+    (
+        "default-pool-beside-a-pool-named-default",
+        lambda cluster: (
+            set_path("gpuPools.0.name", "default")(cluster),
+            set_path("batch.defaultPool", "h100")(cluster),
+        ),
+        "gpu-k8s:cluster.batch.defaultPool",
+        ("the pool `default`'s queue has that name", "rename the pool `default`"),
+    ),
 ]
 
 
@@ -672,3 +687,63 @@ BAD_TEAMS = [
 )
 def test_bad_teams_are_refused_before_any_resource(aws_eks_config, batch, path, words):
     assert_refused_before_any_resource(aws_eks_config, set_path("batch", copy.deepcopy(batch)), path, words)
+
+
+@pytest.fixture(scope="module")
+def default_pool_plans(aws_eks_config) -> dict[str, Recording]:
+    """`defaultPool` on the shared queues (l40s, then h100: a day-2 move) and with teams (h100)."""
+    plans = {}
+    for key, batch in (
+        ("shared", {"namespaces": ["research"], "defaultPool": "l40s"}),
+        ("moved", {"namespaces": ["research"], "defaultPool": "h100"}),
+        ("teams", {"teams": copy.deepcopy(TEAMS), "defaultPool": "h100"}),
+    ):
+        config = copy.deepcopy(aws_eks_config)
+        config["gpu-k8s:cluster"]["batch"] = batch
+        plans[key] = run_program("default-queue", config)
+    return plans
+
+
+def test_jobs_that_name_no_queue_go_to_the_default_pools_queue(default_pool_plans, aws_eks):
+    """Kueue gives a job without kueue.x-k8s.io/queue-name the LocalQueue `default` of its namespace
+    (Kueue 0.19.2 site: tasks/manage/enforce_job_management/setup_default_local_queue.md)."""
+    shared = kueue_objects(default_pool_plans["shared"], "LocalQueue")
+    assert shared["research/default"]["spec"] == {"clusterQueue": "l40s"} == shared["research/l40s"]["spec"]
+    (cq,) = [
+        q
+        for q in kueue_objects(default_pool_plans["shared"], "ClusterQueue").values()
+        if q["metadata"]["name"] == "l40s"
+    ]
+    assert cq["urn"] in shared["research/default"]["dependencies"]
+    teams = kueue_objects(default_pool_plans["teams"], "LocalQueue")
+    defaults = {key: q["spec"]["clusterQueue"] for key, q in teams.items() if key.endswith("/default")}
+    assert defaults == {
+        "research/default": "h100-research",
+        "research-dev/default": "h100-research",
+        "prod/default": "h100-prod",
+    }
+    assert not [key for key in kueue_objects(aws_eks, "LocalQueue") if key.endswith("/default")]
+    # Kueue defaults the queue only in the namespaces it manages (jobframework/defaults.go).
+    managed = kueue_config(default_pool_plans["teams"])["managedJobsNamespaceSelector"]["matchExpressions"]
+    assert managed == [
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "In",
+            "values": ["research", "research-dev", "prod"],
+        }
+    ]
+    crd = crd_schemas([upstream_yaml("kueue/0.19.2/crds/kueue.x-k8s.io_localqueues.yaml")])
+    for queue in (shared["research/default"], teams["prod/default"]):
+        validate_custom_resource({k: queue[k] for k in ("apiVersion", "kind", "metadata", "spec")}, crd)
+
+
+def test_moving_the_default_pool_replaces_only_the_default_queues(default_pool_plans):
+    before = {r.urn: r for r in default_pool_plans["shared"].registrations}
+    after = {r.urn: r for r in default_pool_plans["moved"].registrations}
+    assert set(before) == set(after)
+    changed = [after[urn] for urn in before if before[urn].inputs != after[urn].inputs]
+    assert [r.name for r in changed] == ["ml-batch-research-default-queue"]
+    (queue,) = changed
+    assert queue.inputs["spec"] == {"clusterQueue": "h100"}
+    # A LocalQueue's clusterQueue is immutable: the move is a replacement, the old queue deleted first.
+    assert queue.options["replaceOnChanges"] == ["spec.clusterQueue"] and queue.options["deleteBeforeReplace"]
