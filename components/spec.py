@@ -867,9 +867,22 @@ def load_spec(raw: Any, catalog: Catalog | None = None) -> ClusterSpec:
         if section in raw and raw[section] is None:
             # `monitoring:` with nothing under it asks for it with its defaults, like `monitoring: {}`.
             raw = {**raw, section: {}}
-    if isinstance(raw.get("monitoring"), bool):
+    monitoring = raw.get("monitoring")
+    if isinstance(monitoring, bool):
         # `monitoring: false` is how a stack goes without it; `true` is its defaults.
-        raw = {**raw, "monitoring": {} if raw["monitoring"] else None}
+        raw = {**raw, "monitoring": {} if monitoring else None}
+    elif "monitoring" in raw and not isinstance(monitoring, Mapping):
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    config_path("monitoring"),
+                    monitoring,
+                    "is neither true/false nor a mapping of its keys",
+                    "write `monitoring: false` (no quotes) to leave it out, or its keys (stacks/README.md, "
+                    "`monitoring`)",
+                )
+            ]
+        )
     platform = _platform_for_raw(raw)
     defaulted = platform.spec.with_defaults(raw) if platform else raw
     given: Any = parse_structure(defaulted, _structure_model(_registered()))

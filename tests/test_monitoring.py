@@ -568,3 +568,14 @@ def test_turning_monitoring_and_inference_on_touches_no_node_and_deletes_nothing
         "gcp_gke": {"ml-gpu-operator-release"},
     }[stack]
     assert changed == expected
+
+
+@pytest.mark.parametrize("value", ["false", "off", 0, []])
+def test_monitoring_is_a_mapping_or_true_or_false(aws_eks_config, value):
+    """A quoted "false" is text, not false: the message says how to turn it off."""
+    assert_refused_before_any_resource(
+        aws_eks_config,
+        set_path("monitoring", value),
+        "gpu-k8s:cluster.monitoring",
+        ["neither true/false nor a mapping", "`monitoring: false` (no quotes)"],
+    )
