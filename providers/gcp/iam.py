@@ -87,3 +87,19 @@ def custom_role(
         project=project,
         opts=pulumi.ResourceOptions(parent=parent),
     )
+
+
+def project_custom_role_grant(
+    role_name: str,
+    grant_name: str,
+    project: str,
+    title: str,
+    permissions: Sequence[str],
+    member: pulumi.Input[str],
+    parent: pulumi.Resource,
+) -> gcp.projects.IAMMember:
+    """A custom role with exactly `permissions`, granted to `member` on the project."""
+    role = custom_role(role_name, project, title, permissions, parent)
+    return gcp.projects.IAMMember(
+        grant_name, project=project, role=role.name, member=member, opts=pulumi.ResourceOptions(parent=parent)
+    )

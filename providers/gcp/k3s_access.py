@@ -9,7 +9,7 @@ import pulumi_gcp as gcp
 from gpu_k8s.providers.gcp.autoscaling import AUTOSCALER_READ_PERMISSIONS, AUTOSCALER_RESIZE_PERMISSIONS
 from gpu_k8s.providers.gcp.cloud_controller import PERMISSIONS as CCM_PERMISSIONS
 from gpu_k8s.providers.gcp.cloud_controller import SERVICE_CONTROLLER_PERMISSIONS
-from gpu_k8s.providers.gcp.iam import NodeServiceAccount, custom_role
+from gpu_k8s.providers.gcp.iam import NodeServiceAccount, project_custom_role_grant
 from gpu_k8s.providers.gcp.k3s_network import Identities
 from gpu_k8s.providers.gcp.pd_csi import custom_role_permissions
 
@@ -26,22 +26,21 @@ def cloud_controller_access(
     """The CCM runs on the servers, on their network, as their service account: its node controllers read
     instances, zones and the network; its service controller makes load balancers and their firewall rules.
     Two roles, so that the plan shows the reads apart from the project-wide writes."""
-    grants = []
-    for part, title, permissions, verb in (
-        ("cloud-controller", "cloud controller manager", CCM_PERMISSIONS, "reads"),
-        ("load-balancer", "load balancers", SERVICE_CONTROLLER_PERMISSIONS, "writes"),
-    ):
-        role = custom_role(f"{name}-{part}-role", project, f"{title} of {name}", permissions, parent)
-        grants.append(
-            gcp.projects.IAMMember(
-                f"{name}-{part}-{verb}",
-                project=project,
-                role=role.name,
-                member=servers.member,
-                opts=pulumi.ResourceOptions(parent=parent),
-            )
+    return [
+        project_custom_role_grant(
+            f"{name}-{part}-role",
+            f"{name}-{part}-{verb}",
+            project,
+            f"{title} of {name}",
+            permissions,
+            servers.member,
+            parent,
         )
-    return grants
+        for part, title, permissions, verb in (
+            ("cloud-controller", "cloud controller manager", CCM_PERMISSIONS, "reads"),
+            ("load-balancer", "load balancers", SERVICE_CONTROLLER_PERMISSIONS, "writes"),
+        )
+    ]
 
 
 def pd_csi_access(
@@ -51,17 +50,16 @@ def pd_csi_access(
     attaching disks, and acting as the node accounts whose VMs it attaches disks to (granted on those two
     accounts, not project-wide)."""
     child = pulumi.ResourceOptions(parent=parent)
-    role = custom_role(
-        f"{name}-pd-csi-role", project, f"PD CSI driver of {name}", custom_role_permissions(), parent
-    )
     grants: list[pulumi.Resource] = [
         *identities.servers.bindings,
-        gcp.projects.IAMMember(
+        project_custom_role_grant(
+            f"{name}-pd-csi-role",
             f"{name}-pd-csi-attaches",
-            project=project,
-            role=role.name,
-            member=identities.servers.member,
-            opts=child,
+            project,
+            f"PD CSI driver of {name}",
+            custom_role_permissions(),
+            identities.servers.member,
+            parent,
         ),
     ]
     for target, identity in (("servers", identities.servers), ("agents", identities.agents)):
@@ -86,26 +84,18 @@ def autoscaler_access(
     they are not among the resource types IAM Conditions evaluate `resource.name` for (Google Cloud,
     "Resource attributes for IAM Conditions": the Compute types go from Instance to InstanceTemplate),
     so a condition on their names would not grant the resize. A project per cluster bounds it."""
-    child = pulumi.ResourceOptions(parent=parent)
-    grants: list[pulumi.Resource] = []
-    for purpose, what, permissions, verb in (
-        ("reader", "read", AUTOSCALER_READ_PERMISSIONS, "reads"),
-        ("resizer", "resize", AUTOSCALER_RESIZE_PERMISSIONS, "resizes"),
-    ):
-        role = custom_role(
+    return [
+        project_custom_role_grant(
             f"{name}-autoscaler-{purpose}",
+            f"{name}-autoscaler-{verb}",
             project,
             f"cluster-autoscaler of {name}: {what}",
             permissions,
+            servers.member,
             parent,
         )
-        grants.append(
-            gcp.projects.IAMMember(
-                f"{name}-autoscaler-{verb}",
-                project=project,
-                role=role.name,
-                member=servers.member,
-                opts=child,
-            )
+        for purpose, what, permissions, verb in (
+            ("reader", "read", AUTOSCALER_READ_PERMISSIONS, "reads"),
+            ("resizer", "resize", AUTOSCALER_RESIZE_PERMISSIONS, "resizes"),
         )
-    return grants
+    ]
