@@ -1,5 +1,5 @@
-"""The cluster's StorageClasses: block volumes by default, and `shared-rwx` when the stack asks for a shared
-file system."""
+"""The cluster's StorageClasses: block volumes by default, and `shared-rwx` (with `shared-rwx-retain`) when
+the stack asks for a shared file system."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-# The same name on every platform, so a workload's claims move between clouds unchanged.
+# The same names on every platform, so a workload's claims move between clouds unchanged.
 SHARED_STORAGE_CLASS = "shared-rwx"
+# The same volumes, kept when their claim is deleted: checkpoints outlive the job (or `helm uninstall`) that
+# claimed them (review-training.md T13).
+RETAINED_SHARED_STORAGE_CLASS = "shared-rwx-retain"
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class SharedStorage:
     def summary(self) -> dict[str, Any]:
         return {
             "storageClass": SHARED_STORAGE_CLASS,
+            "retainedStorageClass": RETAINED_SHARED_STORAGE_CLASS,
             "service": self.service,
             **({} if self.file_system_id is None else {"fileSystemId": self.file_system_id}),
         }
@@ -65,6 +69,26 @@ def shared_storage_class_manifest(
         "allowVolumeExpansion": expandable,
         "reclaimPolicy": "Delete",
     }
+
+
+def shared_storage_classes(
+    resource_name: str,
+    manifest: Mapping[str, Any],
+    provider: k8s.Provider,
+    parent: pulumi.Resource,
+    depends_on: Sequence[pulumi.Resource],
+) -> list[k8s.storage.v1.StorageClass]:
+    """`shared-rwx`, and `shared-rwx-retain`: the same volumes, whose PersistentVolume and data stay after
+    their claim is deleted (the PV turns Released; the driver deletes nothing)."""
+    retained = {
+        **manifest,
+        "metadata": {**manifest["metadata"], "name": RETAINED_SHARED_STORAGE_CLASS},
+        "reclaimPolicy": "Retain",
+    }
+    return [
+        storage_class(resource_name, manifest, provider, parent, depends_on),
+        storage_class(f"{resource_name}-retain", retained, provider, parent, depends_on),
+    ]
 
 
 def storage_class(

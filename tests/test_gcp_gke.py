@@ -249,8 +249,8 @@ def test_aws_stacks_get_no_priority_quota(aws_eks):
 
 def test_gke_keeps_its_own_single_default_storage_class(gcp_gke):
     """GKE's standard-rwo (pd-balanced, WaitForFirstConsumer) is the default; a second would win silently."""
-    (shared,) = gcp_gke.by_type("kubernetes:storage.k8s.io/v1:StorageClass")
-    assert shared.inputs["metadata"] == {"name": "shared-rwx"}
+    classes = gcp_gke.by_type("kubernetes:storage.k8s.io/v1:StorageClass")
+    assert [c.inputs["metadata"] for c in classes] == [{"name": "shared-rwx"}, {"name": "shared-rwx-retain"}]
     assert gcp_gke.by_name("ml-gke").inputs["addonsConfig"]["gcePersistentDiskCsiDriverConfig"] == {
         "enabled": True
     }

@@ -117,7 +117,7 @@ def test_the_default_text_plan_counts_resources_per_component_and_fits_110_colum
         assert "ignoreChanges=" not in text and "Dependencies (" not in text
     components = rows_of(section(render_text(request.getfixturevalue("aws_eks")), "Components"))
     under = {row[1]: int(row[2]) for row in components if len(row) == 3}
-    assert under["ml"] == 167 and under["ml-gpu-h100"] == 19
+    assert under["ml"] == 168 and under["ml-gpu-h100"] == 19
 
 
 def test_the_pool_table_gives_hardware_scale_and_price(aws_eks):

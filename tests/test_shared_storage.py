@@ -212,16 +212,22 @@ def test_the_stack_outputs_name_the_class_the_service_and_the_one_file_system(
     for recording in (aws_eks, aws_k3s):
         assert recording.outputs["sharedStorage"] == {
             "storageClass": "shared-rwx",
+            "retainedStorageClass": "shared-rwx-retain",
             "service": "efs",
             "fileSystemId": recording.by_name("ml-efs-fs").id,
         }
     assert gcp_k3s.outputs["sharedStorage"] == {
         "storageClass": "shared-rwx",
+        "retainedStorageClass": "shared-rwx-retain",
         "service": "filestore",
         "fileSystemId": gcp_k3s.by_name("ml-filestore-instance").outputs["name"],
     }
     # On GKE each claim is its own instance: there is no one file system to name.
-    assert gcp_gke.outputs["sharedStorage"] == {"storageClass": "shared-rwx", "service": "filestore"}
+    assert gcp_gke.outputs["sharedStorage"] == {
+        "storageClass": "shared-rwx",
+        "retainedStorageClass": "shared-rwx-retain",
+        "service": "filestore",
+    }
 
 
 def test_no_shared_storage_output_without_storage(gcp_k3s_config):
@@ -405,4 +411,24 @@ def test_adding_filestore_to_a_running_gcp_k3s_cluster_changes_nothing_it_has(gc
         "gpu-k8s:gcp:FilestoreSharedStorage",
         "kubernetes:helm.sh/v3:Release",
         "kubernetes:storage.k8s.io/v1:StorageClass",
+        "kubernetes:storage.k8s.io/v1:StorageClass",
     ]
+
+
+@pytest.mark.parametrize("stack", ["aws_eks", "aws_k3s", "gcp_gke", "gcp_k3s"])
+def test_checkpoints_get_a_class_that_keeps_their_volumes(request, stack):
+    """`shared-rwx-retain` is `shared-rwx` but for its reclaim policy: deleting a claim leaves its volume
+    and data (review-training.md T13)."""
+    recording = request.getfixturevalue(stack)
+    shared = shared_class(recording)
+    (retained,) = [
+        r for r in recording.by_type(STORAGE_CLASS) if r.inputs["metadata"]["name"] == "shared-rwx-retain"
+    ]
+    assert shared.inputs["reclaimPolicy"] == "Delete" and retained.inputs["reclaimPolicy"] == "Retain"
+    differing = {
+        key
+        for key in shared.inputs.keys() | retained.inputs.keys()
+        if shared.inputs.get(key) != retained.inputs.get(key)
+    }
+    assert differing == {"metadata", "reclaimPolicy"}
+    assert set(retained.dependencies) == set(shared.dependencies)

@@ -186,7 +186,7 @@ class EfsSharedStorage(pulumi.ComponentResource):
             )
             for zone, index in mount_zones(args.zones).items()
         ]
-        storage.storage_class(
+        storage.shared_storage_classes(
             f"{name}-storage-class",
             efs_storage_class_manifest(file_system.id),
             args.k8s_provider,

@@ -41,7 +41,11 @@ from gpu_k8s.components.spec import (
     host_range_issue,
     pool_child_name,
 )
-from gpu_k8s.components.storage import SharedStorage, shared_storage_class_manifest, storage_class
+from gpu_k8s.components.storage import (
+    SharedStorage,
+    shared_storage_class_manifest,
+    shared_storage_classes,
+)
 from gpu_k8s.providers.gcp.iam import KMS_ENCRYPTER, NodeServiceAccount, gke_service_agent
 from gpu_k8s.providers.gcp.location import (
     machine_type_issues,
@@ -660,7 +664,7 @@ class GkeCluster(pulumi.ComponentResource):
         shared_storage = None
         if spec.storage.shared == FILESTORE_STORAGE:
             shared_storage = SharedStorage(FILESTORE_STORAGE)
-            storage_class(
+            shared_storage_classes(
                 f"{name}-shared-storage-class",
                 filestore_storage_class_manifest(network.network_name),
                 k8s_provider,

@@ -154,7 +154,7 @@ class FilestoreSharedStorage(pulumi.ComponentResource):
             depends_on=args.system_ready,
         )
         server = instance.networks.apply(instance_address)
-        storage.storage_class(
+        storage.shared_storage_classes(
             f"{name}-storage-class",
             nfs_storage_class_manifest(server),
             args.k8s_provider,
