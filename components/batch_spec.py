@@ -78,11 +78,12 @@ class BatchSpec(StrictModel):
     # GPU pods outside the queued namespaces (and the add-ons' own, and namespaces labelled
     # gpu-k8s.io/unqueued-gpus=allowed) are refused, so the quotas hold (review-training.md T10).
     queued_gpus_only: bool = True
-    # The pool whose queue takes the jobs that name none: each queued namespace gets a LocalQueue `default`
-    # leading where the pool's own LocalQueue leads, and Kueue's webhooks give a job created there without
-    # `kueue.x-k8s.io/queue-name` that queue where the namespace is one Kueue manages (Kueue "Setup default
-    # LocalQueue", stable since v0.17; jobframework/defaults.go at v0.19.2), so no job in a queued
-    # namespace runs outside the quotas (review-training.md T10). Unset, such a job runs unqueued.
+    # The pool whose queue takes the workloads that name none: each queued namespace gets a LocalQueue
+    # `default` leading where the pool's own LocalQueue leads, and Kueue's webhooks give a job, JobSet,
+    # Deployment, StatefulSet or bare pod created there without `kueue.x-k8s.io/queue-name` that queue
+    # where the namespace is one Kueue manages (Kueue "Setup default LocalQueue", stable since v0.17;
+    # jobframework/defaults.go at v0.19.2), so nothing in a queued namespace runs outside the quotas
+    # (review-training.md T10). Unset, such a workload runs unqueued.
     default_pool: str | None = None
 
     @property
@@ -145,14 +146,6 @@ def _default_pool_issues(default_pool: str | None, pool_names: Sequence[str]) ->
             default_pool,
             "names no GPU pool",
             f"one of: {', '.join(pool_names)}",
-        )
-    elif DEFAULT_QUEUE in pool_names:
-        yield ConfigIssue(
-            config_path("batch", "defaultPool"),
-            default_pool,
-            f"cannot name the queue `{DEFAULT_QUEUE}`: the pool `{DEFAULT_QUEUE}`'s queue has that name (and "
-            "so already takes the jobs that name no queue)",
-            f"rename the pool `{DEFAULT_QUEUE}`, or remove defaultPool",
         )
 
 

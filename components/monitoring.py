@@ -256,8 +256,8 @@ def stack_values(monitoring: MonitoringSpec, traits: PlatformTraits) -> dict[str
                 }
             }
         },
-        # The claim goes with the Prometheus when `monitoring` is removed, and the CSI driver deletes its
-        # disk. On `destroy` the driver may go first: stacks/README says to remove `monitoring` before.
+        # The claim goes with the Prometheus when a stack sets `monitoring: false`, and the CSI driver
+        # deletes its disk. On `destroy` the driver may go first: stacks/README says to set it false before.
         "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
     }
     values: dict[str, Any] = {

@@ -299,16 +299,7 @@ BAD_BATCH = [
         "default-pool-unknown",
         set_path("batch.defaultPool", "b200"),
         "gpu-k8s:cluster.batch.defaultPool",
-        ("names no GPU pool", "one of: l40s, a10g-shared"),
-    ),
-    (
-        "default-pool-beside-a-pool-named-default",
-        lambda cluster: (
-            set_path("gpuPools.0.name", "default")(cluster),
-            set_path("batch.defaultPool", "h100")(cluster),
-        ),
-        "gpu-k8s:cluster.batch.defaultPool",
-        ("the pool `default`'s queue has that name", "rename the pool `default`"),
+        ("names no GPU pool", "one of: l40s, a10g-shared, l4-mps, h100, h100-train"),
     ),
 ]
 
@@ -723,7 +714,9 @@ def test_jobs_that_name_no_queue_go_to_the_default_pools_queue(default_pool_plan
         "prod/default": "h100-prod",
     }
     assert not [key for key in kueue_objects(aws_eks, "LocalQueue") if key.endswith("/default")]
-    # Kueue defaults the queue only in the namespaces it manages (jobframework/defaults.go).
+    # Kueue defaults the queue only in the namespaces it manages (jobframework/defaults.go), and does not
+    # hold back the jobs that name no queue where there is no default one.
+    assert "manageJobsWithoutQueueName" not in kueue_config(default_pool_plans["teams"])
     managed = kueue_config(default_pool_plans["teams"])["managedJobsNamespaceSelector"]["matchExpressions"]
     assert managed == [
         {

@@ -14,8 +14,7 @@ import yaml
 
 from gpu_k8s.components.availability import AWS_NETWORK_CARDS_FILE
 from gpu_k8s.components.catalog import load_catalog
-from gpu_k8s.providers.aws.efa import network_cards
-from gpu_k8s.providers.aws.nodes import EfaInterface, efa_layout
+from gpu_k8s.providers.aws.efa import EfaInterface, efa_layout, network_cards
 from gpu_k8s.tools.engine import Recording, run_program
 from tests.conftest import (
     AWS_K3S_EFA_POOL,
@@ -408,6 +407,12 @@ def test_a_card_without_efa_gets_none_and_the_primary_is_plain_ena():
         layout = efa_layout(cards, efa_only)
         assert layout[0] == EfaInterface(0, 0, "interface")
         assert layout[1:] == [EfaInterface(card, device, kind) for card in range(1, 17)]
+
+
+def test_a_card_that_takes_efa_but_not_efa_only_gets_an_efa_with_ena():
+    """No catalog type has such a card today; a new type's would still get its EFA."""
+    cards = {0: ("interface", "efa"), 1: ("interface", "efa"), 2: ("interface",)}
+    assert efa_layout(cards, efa_only=True) == [EfaInterface(0, 0, "efa"), EfaInterface(1, 1, "efa")]
 
 
 def test_a_one_card_type_gets_its_efa_on_the_primary():

@@ -579,3 +579,13 @@ def test_monitoring_is_a_mapping_or_true_or_false(aws_eks_config, value):
         "gpu-k8s:cluster.monitoring",
         ["neither true/false nor a mapping", "`monitoring: false` (no quotes)"],
     )
+
+
+def test_monitoring_true_empty_or_absent_is_the_defaults(aws_eks_config):
+    from gpu_k8s.components.monitoring_spec import MonitoringSpec
+    from gpu_k8s.components.spec import load_spec
+
+    cluster = {k: v for k, v in aws_eks_config["gpu-k8s:cluster"].items() if k != "monitoring"}
+    for given in ({}, {"monitoring": True}, {"monitoring": {}}, {"monitoring": None}):
+        assert load_spec({**cluster, **given}).monitoring == MonitoringSpec(), given
+    assert load_spec({**cluster, "monitoring": False}).monitoring is None

@@ -29,7 +29,7 @@ from gpu_k8s.components.availability import (
 )
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.providers.gcp.cloud_controller import SERVICE_CONTROLLER_PERMISSIONS
-from gpu_k8s.tools import reference_data
+from gpu_k8s.tools import gcp_load_balancer_reference, reference_data
 from gpu_k8s.tools.engine import Recording, run_program
 from gpu_k8s.tools.references import (
     ExternalName,
@@ -557,10 +557,10 @@ def test_a_chart_default_passes_as_its_template_prints_it():
 
 
 def test_the_load_balancer_role_is_what_the_service_controllers_calls_need_and_no_more():
-    table = json.loads(reference_data.GCP_LOAD_BALANCER_FILE.read_text())
+    table = json.loads(gcp_load_balancer_reference.GCP_LOAD_BALANCER_FILE.read_text())
     granted = set(SERVICE_CONTROLLER_PERMISSIONS)
     held_before = set().union(*map(set, table["roles"].values()))
-    assert set(table["roles"]) == set(reference_data.LOAD_BALANCER_ROLES)
+    assert set(table["roles"]) == set(gcp_load_balancer_reference.LOAD_BALANCER_ROLES)
     # Names that exist, and nothing the two predefined roles did not already give the servers.
     assert sorted(granted - held_before) == []
     # Every permission the API reference lists for a call the controller makes, where those roles held it.
@@ -605,10 +605,10 @@ def test_the_service_controllers_calls_are_followed_from_its_load_balancer_files
         "func (g *Cloud) DeleteRoute() error {\n\treturn g.c.Routes().Delete(ctx, k)\n}\n"
     )
     (gce / "gce_routes_test.go").write_text("func (g *Cloud) x() {\n\tg.c.Firewalls().Delete(ctx, k)\n}\n")
-    operations = tmp_path / reference_data.OPERATIONS_SOURCE
+    operations = tmp_path / gcp_load_balancer_reference.OPERATIONS_SOURCE
     operations.parent.mkdir(parents=True)
     operations.write_text("op, err = o.s.GA.RegionOperations.Wait(o.projectID).Context(ctx).Do()\n")
-    assert reference_data.service_controller_calls(tmp_path) == [
+    assert gcp_load_balancer_reference.service_controller_calls(tmp_path) == [
         "regionOperations.wait",
         "targetPools.insert",
         "zones.list",

@@ -32,7 +32,8 @@ Sources (each recorded with its version or commit and sha256 in the `source` ent
   gcp-k3s servers held before the custom role replaced them.
 
 The derivations are pure functions of the source bytes, so tests re-derive the committed tables from the
-same sources and compare.
+same sources and compare; all but the GCP load-balancer table, whose two source trees are not kept here
+(fetch them at the commits its `source` names): its tests hold the role to the committed table.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from gpu_k8s.components.availability import (
 )
 from gpu_k8s.components.catalog import load_catalog
 from gpu_k8s.components.prices import AWS_PRICES_FILE, AWS_REGIONAL_PRICES_FILE, GCP_PRICES_FILE
+from gpu_k8s.tools.gcp_load_balancer_reference import GCP_LOAD_BALANCER_FILE, gcp_load_balancer_permissions
 from gpu_k8s.tools.upstream import UPSTREAM_ROOT
 
 REFERENCES = UPSTREAM_ROOT / "references"
@@ -430,92 +432,6 @@ def aws_iam_actions(wheel: bytes) -> dict[str, Any]:
     }
 
 
-GCP_LOAD_BALANCER_FILE = REFERENCES / "gcp-load-balancer-permissions.json"
-CLOUD_PROVIDER_GCP_SOURCE = {
-    "repository": "kubernetes/cloud-provider-gcp",
-    "tag": "v36.3.8",
-    "commit": "f67fc7e3d02fecb33490fe9d1ddae46c3c0bcadd",
-}
-IAM_DATASET_SOURCE = {
-    "repository": "iann0036/iam-dataset",
-    "commit": "2073fa52ac008a45477aa0b1b4580cd99135bf60",
-    "commitDate": "2026-08-22",
-}
-LOAD_BALANCER_ROLES = ("roles/compute.loadBalancerAdmin", "roles/compute.securityAdmin")
-_GCE = "providers/gce"
-OPERATIONS_SOURCE = "vendor/github.com/GoogleCloudPlatform/k8s-cloud-provider/pkg/cloud/op.go"
-
-
-def service_controller_calls(tree: Path) -> list[str]:
-    """The Compute methods (`<collection>.<method>`, as the API reference names them) reached from the
-    load-balancer files of cloud-provider-gcp's GCE provider: every `*Cloud` method they call, followed
-    through the methods it calls, down to the generated client's `c.<Collection>().<Method>(` calls; then
-    the operation polls of the client every mutation waits on. Following method names over-approximates
-    (a name is followed wherever it is defined), which errs towards a permission too many."""
-    gce = tree / _GCE
-    sources = {
-        f.name: f.read_text() for f in gce.glob("*.go") if not f.name.endswith(("_test.go", "_fake.go"))
-    }
-    bodies: dict[str, str] = {}
-    for text in sources.values():
-        for match in re.finditer(r"^func \(\w+ \*Cloud\) (\w+)\(", text, re.M):
-            bodies[match.group(1)] = text[match.start() : text.find("\n}\n", match.start())]
-    entry = "".join(
-        t for n, t in sources.items() if n.startswith("gce_loadbalancer") or n == "gce_address_manager.go"
-    )
-    calls = set(re.findall(r"\.c\.(\w+)\(\)\.(\w+)\(", entry))
-    pending, seen = set(re.findall(r"\.(\w+)\(", entry)), set()
-    while pending:
-        name = pending.pop()
-        if name in seen or name not in bodies:
-            continue
-        seen.add(name)
-        calls |= set(re.findall(r"\.c\.(\w+)\(\)\.(\w+)\(", bodies[name]))
-        pending |= set(re.findall(r"\.(\w+)\(", bodies[name]))
-    calls |= set(re.findall(r"\.GA\.(\w+Operations)\.(\w+)\(", (tree / OPERATIONS_SOURCE).read_text()))
-    return sorted(
-        f"{collection[0].lower()}{collection[1:]}.{method[0].lower()}{method[1:]}"
-        for collection, method in calls
-    )
-
-
-def gcp_load_balancer_permissions(ccm_tree: Path, iam_dataset_tree: Path) -> dict[str, Any]:
-    """The service controller's Compute calls, the permissions iam-dataset's map (crawled from the permission
-    block of each method's API reference page) gives each, and the permissions of the predefined roles
-    LOAD_BALANCER_ROLES, from the same dataset commit."""
-    calls = service_controller_calls(ccm_tree)
-    methods = json.loads((iam_dataset_tree / "gcp" / "map.json").read_text())["api"]["compute"]["methods"]
-    roles = {
-        role: sorted(
-            json.loads(
-                (iam_dataset_tree / "gcp" / "roles" / f"{role.removeprefix('roles/')}.json").read_text()
-            )["includedPermissions"]
-        )
-        for role in LOAD_BALANCER_ROLES
-    }
-    return {
-        "source": {
-            "calls": {
-                **CLOUD_PROVIDER_GCP_SOURCE,
-                "what": "Compute methods reached from providers/gce/gce_loadbalancer*.go and "
-                "gce_address_manager.go, and the operation polls of the vendored k8s-cloud-provider op.go "
-                "(tools/reference_data.py service_controller_calls)",
-            },
-            "permissions": {
-                **IAM_DATASET_SOURCE,
-                "files": ["gcp/map.json", *(f"gcp/roles/{r.removeprefix('roles/')}.json" for r in roles)],
-                "what": "per method, the permissions of its API reference page's permission block; per "
-                "role, its includedPermissions",
-            },
-        },
-        "calls": {
-            call: sorted(p["name"] for p in methods[f"compute.{call}"].get("permissions", []))
-            for call in calls
-        },
-        "roles": roles,
-    }
-
-
 def write_json(path: Path, document: Mapping[str, Any]) -> bool:
     """Write the table; True when it changed."""
     text = json.dumps(document, indent=1, sort_keys=False) + "\n"
@@ -570,7 +486,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if write_json(AWS_IAM_FILE, aws_iam_actions(wheel)):
             written.append(AWS_IAM_FILE)
-    if args.cloud_provider_gcp_tree is not None and args.iam_dataset_tree is not None:
+    if (args.cloud_provider_gcp_tree is None) != (args.iam_dataset_tree is None):
+        print("--cloud-provider-gcp-tree and --iam-dataset-tree go together", file=sys.stderr)
+        return 1
+    if args.cloud_provider_gcp_tree is not None:
         table = gcp_load_balancer_permissions(args.cloud_provider_gcp_tree, args.iam_dataset_tree)
         if write_json(GCP_LOAD_BALANCER_FILE, table):
             written.append(GCP_LOAD_BALANCER_FILE)

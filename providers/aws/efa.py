@@ -6,7 +6,8 @@ training on Amazon EKS with Elastic Fabric Adapter": helm install aws-efa-k8s-de
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -74,6 +75,36 @@ def network_cards(instance_type: str) -> dict[int, tuple[str, ...]]:
     DescribeInstanceTypes: components/data/aws-network-cards.json)."""
     cards = json.loads(AWS_NETWORK_CARDS_FILE.read_text())["types"][instance_type]["cards"]
     return {int(index): tuple(types) for index, types in cards.items()}
+
+
+@dataclass(frozen=True)
+class EfaInterface:
+    network_card: int
+    device: int
+    interface_type: str
+
+
+def efa_layout(cards: Mapping[int, Sequence[str]], efa_only: bool) -> list[EfaInterface]:
+    """An EFA on every network card that takes one, from the card's interface types (DescribeInstanceTypes).
+
+    The primary interface (card 0, device 0) is an EFA with ENA where card 0 takes EFA, else plain ENA (card
+    0 of a p6-b300.48xlarge). With `efa_only`, each other card gets an EFA-only interface as device 0, as
+    AWS lays out instances with several cards (EC2 user guide, "Maximize network bandwidth on Amazon EC2
+    instances with multiple network cards"); EFA-only interfaces hold no IP address. AWS's guide puts an ENA
+    primary and an EFA-only device 1 on card 0 instead; that takes card 0's second interface, which the VPC
+    CNI attaches for pod addresses (a p5 has two there: 49 pod addresses instead of 98, under a kubelet
+    limit of 100), so the EFA stays on the primary, as terraform-aws-eks lays it out. Without `efa_only`,
+    eksctl's layout (pkg/cfn/builder/network_interfaces.go): an EFA with ENA as device 1 of each other card,
+    for clusters whose VPC CNI may predate EFA-only interfaces."""
+    interfaces = [EfaInterface(0, 0, "efa" if "efa" in cards[0] else "interface")]
+    for card, types in sorted(cards.items()):
+        if card == 0:
+            continue
+        if efa_only and "efa-only" in types:
+            interfaces.append(EfaInterface(card, 0, "efa-only"))
+        elif "efa" in types:
+            interfaces.append(EfaInterface(card, 1, "efa"))
+    return interfaces
 
 
 def efa_pools(pools: Sequence[GpuPool]) -> list[GpuPool]:

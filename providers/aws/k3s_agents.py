@@ -25,6 +25,7 @@ from gpu_k8s.providers.aws.efa import (
     EFA_AGENT_SYSCTLS,
     EFA_PLUGIN_REGISTRY,
     efa_interfaces,
+    efa_layout,
     network_cards,
 )
 from gpu_k8s.providers.aws.iam import cluster_autoscaler_tag
@@ -43,7 +44,6 @@ from gpu_k8s.providers.aws.nodes import (
     CAPACITY_BLOCK_MARKET,
     EfaLaunch,
     capacity_block_target,
-    efa_layout,
     efa_network_interfaces,
     efa_placement,
     efa_placement_group,

@@ -26,7 +26,7 @@ from gpu_k8s.providers.aws.autoscaling import (
     scale_from_zero_tags,
     zone_limits,
 )
-from gpu_k8s.providers.aws.efa import efa_interfaces, network_cards
+from gpu_k8s.providers.aws.efa import EfaInterface, efa_interfaces, efa_layout, network_cards
 
 # Families the EKS-optimized AL2023 NVIDIA AMIs cover (EKS user guide, ml-eks-optimized-ami; REFERENCE 3.1).
 # g7 is missing on purpose: it needs driver >= 595 and the AMIs ship the 580 branch.
@@ -121,13 +121,6 @@ class CapacityBlockLaunch:
 
 
 @dataclass(frozen=True)
-class EfaInterface:
-    network_card: int
-    device: int
-    interface_type: str
-
-
-@dataclass(frozen=True)
 class EfaLaunch:
     """What a launch template sets for EFA: the interfaces (`efa_layout`), and the placement group."""
 
@@ -138,29 +131,6 @@ class EfaLaunch:
     placement_group: pulumi.Input[str] | None
     # None where the node group sets the subnet (EKS); else the pool's one subnet.
     subnet_id: pulumi.Input[str] | None = None
-
-
-def efa_layout(cards: Mapping[int, Sequence[str]], efa_only: bool) -> list[EfaInterface]:
-    """An EFA on every network card that takes one, from the card's interface types (DescribeInstanceTypes).
-
-    The primary interface (card 0, device 0) is an EFA with ENA where card 0 takes EFA, else plain ENA (card
-    0 of a p6-b300.48xlarge). With `efa_only`, each other card gets an EFA-only interface as device 0, as
-    AWS lays out instances with several cards (EC2 user guide, "Maximize network bandwidth on Amazon EC2
-    instances with multiple network cards"); EFA-only interfaces hold no IP address. AWS's guide puts an ENA
-    primary and an EFA-only device 1 on card 0 instead; that takes card 0's second interface, which the VPC
-    CNI attaches for pod addresses (a p5 has two there: 49 pod addresses instead of 98, under a kubelet
-    limit of 100), so the EFA stays on the primary, as terraform-aws-eks lays it out. Without `efa_only`,
-    eksctl's layout (pkg/cfn/builder/network_interfaces.go): an EFA with ENA as device 1 of each other card,
-    for clusters whose VPC CNI may predate EFA-only interfaces."""
-    interfaces = [EfaInterface(0, 0, "efa" if "efa" in cards[0] else "interface")]
-    for card, types in sorted(cards.items()):
-        if card == 0:
-            continue
-        if efa_only and "efa-only" in types:
-            interfaces.append(EfaInterface(card, 0, "efa-only"))
-        elif "efa" in types:
-            interfaces.append(EfaInterface(card, 1, "efa"))
-    return interfaces
 
 
 def efa_network_interfaces(efa: EfaLaunch) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:

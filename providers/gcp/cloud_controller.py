@@ -75,8 +75,8 @@ PERMISSIONS = (
 # before (`roles/compute.loadBalancerAdmin` and `roles/compute.securityAdmin`), whose routes, routers, SSL,
 # security and firewall policies, URL maps, proxies and global load balancers the controller never touches
 # (upstream/references/gcp-load-balancer-permissions.json holds the calls, the lists and the two roles). The
-# images of v33.4.0, v34.2.0 and v35.0.2 (IMAGE_TAGS) make the same calls: their load-balancer files differ
-# from v36.3.8's in no Compute call (read with the same extraction).
+# images of v33.4.0, v34.2.0 and v35.0.2 (IMAGE_TAGS) make the same calls: the same extraction at those tags
+# gives the same list (run by a review on 2026-12-04; only v36.3.8's list is pinned).
 # The writes are still project-wide: Compute grants on these resources take no cluster tag, so the
 # controller can change any load balancer or firewall rule of the project (K3S.md: a project per cluster).
 SERVICE_CONTROLLER_PERMISSIONS = (
