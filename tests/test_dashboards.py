@@ -101,11 +101,12 @@ def test_each_pool_is_priced_as_the_plans_cost_table_prices_it(aws_eks, gcp_gke)
     assert dashboard_prices(aws_eks) == {
         pool["name"]: node_price(aws_eks, pool).usd_per_hour for pool in some(pools, at_least=5)
     }
-    gke = gcp_gke
-    pools = redact(gke.outputs["gpuPools"])
+    pools = redact(gcp_gke.outputs["gpuPools"])
     assert [pool for pool in pools if pool["instanceType"].startswith("n1-")]
-    expected = {pool["name"]: node_price(gke, pool) for pool in some(pools, at_least=2)}
-    assert dashboard_prices(gke) == {name: p.usd_per_hour for name, p in expected.items() if p is not None}
+    expected = {pool["name"]: node_price(gcp_gke, pool) for pool in some(pools, at_least=2)}
+    assert dashboard_prices(gcp_gke) == {
+        name: p.usd_per_hour for name, p in expected.items() if p is not None
+    }
 
 
 def test_kube_state_metrics_names_the_pool_label_as_the_queries_do():
