@@ -1045,3 +1045,16 @@ def test_the_gce_cloud_controller_goes_first_and_reads_through_a_read_only_role(
     grant = gcp_k3s.by_name("ml-cloud-controller-reads")
     assert grant.inputs["member"] == SERVERS_SA and "condition" not in grant.inputs
     assert grant.urn in daemonset.dependencies
+
+
+def test_every_custom_role_waits_for_the_iam_api(gcp_k3s):
+    """A new project gets the IAM API enabled before a role is created in it (roles.create is the IAM API's);
+    the parent component's dependencies would not reach the roles."""
+    (iam_api,) = [
+        s
+        for s in gcp_k3s.by_type("gcp:projects/service:Service")
+        if s.inputs["service"] == "iam.googleapis.com"
+    ]
+    roles = gcp_k3s.by_type("gcp:projects/iAMCustomRole:IAMCustomRole")
+    assert {r.name for r in some(roles, at_least=6)} >= {"ml-load-balancer-role", "ml-etcd-snapshots-role"}
+    assert [r.name for r in roles if iam_api.urn not in r.dependencies] == []

@@ -47,8 +47,8 @@ class SnapshotBucket(pulumi.ComponentResource):
         after: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ):
-        """`after`: what the bucket and its key wait for (the Cloud Storage API). A component's own
-        depends_on does not reach its children, so they take it themselves."""
+        """`after`: what the bucket, its key and role wait for (the Cloud Storage and IAM APIs). A
+        component's own depends_on does not reach its children, so they take it themselves."""
         super().__init__("gpu-k8s:gcp:SnapshotBucket", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, depends_on=list(after))
         bucket = gcp.storage.Bucket(
@@ -67,7 +67,7 @@ class SnapshotBucket(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True, depends_on=list(after)),
         )
         role = custom_role(
-            f"{name}-role", project, f"etcd snapshots of {cluster_name}", SNAPSHOT_PERMISSIONS, self
+            f"{name}-role", project, f"etcd snapshots of {cluster_name}", SNAPSHOT_PERMISSIONS, self, after
         )
         access = gcp.storage.BucketIAMMember(
             f"{name}-writer", bucket=bucket.name, role=role.name, member=writer.member, opts=child

@@ -76,16 +76,22 @@ def gke_service_agent(project_number: pulumi.Input[str]) -> pulumi.Output[str]:
 
 
 def custom_role(
-    name: str, project: str, title: str, permissions: Sequence[str], parent: pulumi.Resource
+    name: str,
+    project: str,
+    title: str,
+    permissions: Sequence[str],
+    parent: pulumi.Resource,
+    after: Sequence[pulumi.Resource],
 ) -> gcp.projects.IAMCustomRole:
-    """A project role with exactly `permissions`; its id is the resource name in IAM's alphabet."""
+    """A project role with exactly `permissions`; its id is the resource name in IAM's alphabet. `after`:
+    the IAM API's enablement, which creating a role needs (a parent's depends_on would not reach it)."""
     return gcp.projects.IAMCustomRole(
         name,
         role_id=name.replace("-", "_"),
         title=title,
         permissions=list(permissions),
         project=project,
-        opts=pulumi.ResourceOptions(parent=parent),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(after)),
     )
 
 
@@ -97,9 +103,10 @@ def project_custom_role_grant(
     permissions: Sequence[str],
     member: pulumi.Input[str],
     parent: pulumi.Resource,
+    after: Sequence[pulumi.Resource],
 ) -> gcp.projects.IAMMember:
     """A custom role with exactly `permissions`, granted to `member` on the project."""
-    role = custom_role(role_name, project, title, permissions, parent)
+    role = custom_role(role_name, project, title, permissions, parent, after)
     return gcp.projects.IAMMember(
         grant_name, project=project, role=role.name, member=member, opts=pulumi.ResourceOptions(parent=parent)
     )

@@ -228,7 +228,7 @@ class GcpK3sCluster(pulumi.ComponentResource):
             args.project,
             args.region,
             identities.servers,
-            after=[apis["storage.googleapis.com"]],
+            after=[apis["storage.googleapis.com"], *iam_api],
             opts=child,
         )
         control_plane = K3sControlPlane(
@@ -288,8 +288,8 @@ class GcpK3sCluster(pulumi.ComponentResource):
             )
             for pool in args.pools
         ]
-        pd_csi_grants = pd_csi_access(self, name, args.project, identities)
-        self.autoscaler_identity = autoscaler_access(self, name, args.project, identities.servers)
+        pd_csi_grants = pd_csi_access(self, name, args.project, identities, iam_api)
+        self.autoscaler_identity = autoscaler_access(self, name, args.project, identities.servers, iam_api)
 
         servers_reachable: list[pulumi.Resource] = [*servers, *forwarding]
         k8s_provider = gated_kubernetes_provider(
@@ -300,7 +300,10 @@ class GcpK3sCluster(pulumi.ComponentResource):
             f"{name}-cloud-controller",
             cloud_controller_manifests(spec.kubernetes_version, spec.name, args.traits.system_tolerations),
             k8s_provider,
-            [*servers_reachable, *cloud_controller_access(self, name, args.project, identities.servers)],
+            [
+                *servers_reachable,
+                *cloud_controller_access(self, name, args.project, identities.servers, iam_api),
+            ],
             opts=child,
         )
         system_ready: list[pulumi.Resource] = [*servers_reachable, *cloud_controller.objects]

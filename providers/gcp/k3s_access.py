@@ -3,6 +3,8 @@ controller manager, the PD CSI controller and the cluster-autoscaler."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pulumi
 import pulumi_gcp as gcp
 
@@ -21,7 +23,11 @@ SERVICE_ACCOUNT_USER = "roles/iam.serviceAccountUser"
 
 
 def cloud_controller_access(
-    parent: pulumi.Resource, name: str, project: str, servers: NodeServiceAccount
+    parent: pulumi.Resource,
+    name: str,
+    project: str,
+    servers: NodeServiceAccount,
+    iam_api: Sequence[pulumi.Resource],
 ) -> list[gcp.projects.IAMMember]:
     """The CCM runs on the servers, on their network, as their service account: its node controllers read
     instances, zones and the network; its service controller makes load balancers and their firewall rules.
@@ -35,6 +41,7 @@ def cloud_controller_access(
             permissions,
             servers.member,
             parent,
+            iam_api,
         )
         for part, title, permissions, verb in (
             ("cloud-controller", "cloud controller manager", CCM_PERMISSIONS, "reads"),
@@ -44,7 +51,11 @@ def cloud_controller_access(
 
 
 def pd_csi_access(
-    parent: pulumi.Resource, name: str, project: str, identities: Identities
+    parent: pulumi.Resource,
+    name: str,
+    project: str,
+    identities: Identities,
+    iam_api: Sequence[pulumi.Resource],
 ) -> list[pulumi.Resource]:
     """The driver's controller runs on the servers as their service account: upstream's custom role for
     attaching disks, and acting as the node accounts whose VMs it attaches disks to (granted on those two
@@ -60,6 +71,7 @@ def pd_csi_access(
             custom_role_permissions(),
             identities.servers.member,
             parent,
+            iam_api,
         ),
     ]
     for target, identity in (("servers", identities.servers), ("agents", identities.agents)):
@@ -76,7 +88,11 @@ def pd_csi_access(
 
 
 def autoscaler_access(
-    parent: pulumi.Resource, name: str, project: str, servers: NodeServiceAccount
+    parent: pulumi.Resource,
+    name: str,
+    project: str,
+    servers: NodeServiceAccount,
+    iam_api: Sequence[pulumi.Resource],
 ) -> list[pulumi.Resource]:
     """The autoscaler runs on the servers as their service account: read what it plans with, and resize
     instance groups, project-wide. It cannot be narrowed to this cluster's groups: instance group
@@ -93,6 +109,7 @@ def autoscaler_access(
             permissions,
             servers.member,
             parent,
+            iam_api,
         )
         for purpose, what, permissions, verb in (
             ("reader", "read", AUTOSCALER_READ_PERMISSIONS, "reads"),
